@@ -1,0 +1,46 @@
+# The README's two commands:   make run    (install + the main job)   and   make test   (install + tests)
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Torch is installed first, on its own, so that `pip install -e .` finds `torch>=2.4` satisfied and
+# never pulls a multi-GB CUDA build. Here `torch==2.13.0` is a CPU wheel on local disk; elsewhere,
+# override: `make run TORCH_SPEC=torch TORCH_INDEX=https://download.pytorch.org/whl/cpu` (or cu12x).
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+OUT ?= out
+
+.PHONY: run test test-slow bench env env-test clean
+
+$(VENV)/.torch:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	touch $@
+
+$(VENV)/.env: $(VENV)/.torch pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.env-test: $(VENV)/.torch pyproject.toml
+	$(PIP) install -q -e ".[test,bench]"
+	touch $@
+
+env: $(VENV)/.env
+env-test: $(VENV)/.env-test
+
+run: $(VENV)/.env
+	$(VENV)/bin/mecheval data show ar --n 2
+	$(VENV)/bin/mecheval data show atr --n 2
+
+test: $(VENV)/.env-test
+	$(PY) -m pytest -n 2 -m "not slow" -q
+
+test-slow: $(VENV)/.env-test
+	$(PY) -m pytest -n 2 -m slow -q
+
+bench: $(VENV)/.env-test
+	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) $(OUT)

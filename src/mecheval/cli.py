@@ -1,0 +1,29 @@
+"""The `mecheval` command line: one sub-module of `mecheval.commands` per command group."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="mecheval",
+    help="Mechanistic evaluation of sequence-model architectures.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module defines `register(app)` and adds its commands; listed in the order of the data flow.
+COMMAND_MODULES = ["data", "train", "sweep", "runs", "intervene", "study", "report"]
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"mecheval.commands.{_name}").register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

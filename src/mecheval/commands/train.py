@@ -1,0 +1,7 @@
+"""`mecheval train` (not implemented yet)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Adds nothing until this command is implemented."""

@@ -1,0 +1,109 @@
+"""`ModelConfig`: a validated description of an LM; per-layer fields resolve to published defaults."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mecheval.models.presets import ARCHITECTURES
+from mecheval.models.shortconv import ConvSpec, validate_conv_spec
+
+NormKind = Literal["layernorm", "rmsnorm"]
+
+
+def _per_layer(value: Any, n_layers: int, field: str) -> list:
+    """A scalar broadcast to every layer, or a list that must have one entry per layer."""
+    if isinstance(value, list):
+        if len(value) != n_layers:
+            raise ValueError(f"{field} lists {len(value)} values but n_layers={n_layers}")
+        return list(value)
+    return [value] * n_layers
+
+
+class ModelConfig(BaseModel):
+    """An LM: embedding (+ learned positions) -> n_layers pre-norm blocks -> final norm -> tied head.
+
+    Per-layer fields (`mixer`, `d_conv`, `mlp`, `norm`) take one value for every layer or a list with
+    one per layer (a hybrid is a list of mixers). Fields left None take the published default of the
+    layer's mixer (e.g. Mamba: d_conv 4, no MLP, RMSNorm). After validation every per-layer field is a
+    concrete list, so a dumped config is complete. `preset` names an architecture of the study
+    (`mecheval.models.presets.ARCHITECTURES`, e.g. "based" = baseconv then based); explicit fields win.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str | None = None
+    vocab_size: int = Field(gt=0)
+    d_model: int = Field(64, gt=0)
+    n_layers: int = Field(2, gt=0)
+    mixer: str | list[str] = "attention"
+    d_conv: ConvSpec | None | list[ConvSpec | None] = None
+    mlp: bool | None | list[bool | None] = None
+    norm: NormKind | None | list[NormKind | None] = None
+    pos_emb: Literal["learned", "none"] | None = None
+    max_len: int = Field(1024, gt=0)
+    mlp_ratio: int = Field(4, gt=0)
+    tie_embeddings: bool = True
+    init_std: float = Field(0.02, gt=0)
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") is not None:
+            name = data["preset"]
+            if name not in ARCHITECTURES:
+                raise ValueError(f"unknown preset {name!r}; known: {sorted(ARCHITECTURES)}")
+            data = {**ARCHITECTURES[name], **data}
+        return data
+
+    @field_validator("d_conv")
+    @classmethod
+    def _check_conv(cls, v):
+        for spec in v if isinstance(v, list) else [v]:
+            if spec is not None:
+                validate_conv_spec(spec)
+        return v
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "ModelConfig":
+        from mecheval.models.mixers import MIXERS
+
+        n = self.n_layers
+        mixers = _per_layer(self.mixer, n, "mixer")
+        for m in mixers:
+            if m not in MIXERS:
+                raise ValueError(f"unknown mixer {m!r}; known: {sorted(MIXERS)}")
+        specs = [MIXERS[m] for m in mixers]
+        convs = _per_layer(self.d_conv, n, "d_conv")
+        mlps = _per_layer(self.mlp, n, "mlp")
+        norms = _per_layer(self.norm, n, "norm")
+        for i, s in enumerate(specs):
+            convs[i] = s.default_conv if convs[i] is None else convs[i]
+            if convs[i] != 0 and not s.has_conv:
+                raise ValueError(f"d_conv: layer {i} mixer {mixers[i]!r} has no convolution (use 0)")
+            mlps[i] = s.default_mlp if mlps[i] is None else mlps[i]
+            norms[i] = s.default_norm if norms[i] is None else norms[i]
+        unknown = sorted(set(self.options) - set(MIXERS))
+        if unknown:
+            raise ValueError(f"options: unknown mixers {unknown}; known: {sorted(MIXERS)}")
+        for name, opts in self.options.items():
+            try:
+                MIXERS[name].options(**opts)
+            except ValidationError as e:
+                raise ValueError(f"options.{name}: {e}") from None
+        # Write the resolution back (bypassing validation: these are already valid).
+        object.__setattr__(self, "mixer", mixers)
+        object.__setattr__(self, "d_conv", convs)
+        object.__setattr__(self, "mlp", mlps)
+        object.__setattr__(self, "norm", norms)
+        if self.pos_emb is None:
+            object.__setattr__(self, "pos_emb", "learned" if "attention" in mixers else "none")
+        return self
+
+    def mixer_options(self, name: str):
+        """The validated options of mixer `name` (its defaults updated by `options[name]`)."""
+        from mecheval.models.mixers import MIXERS
+
+        return MIXERS[name].options(**self.options.get(name, {}))

@@ -1,0 +1,165 @@
+"""The language model: token (+ position) embedding -> pre-norm blocks -> final norm -> tied head.
+
+Block i (sites in brackets, each [B, T, D] unless noted):
+    x = [resid_pre](x)
+    x = [resid_mid](x + [mixer_out](mixer([mixer_in](norm1(x)))))   mixer sites: [conv_out], [core_out]
+    x = x + [mlp_out](W_2 gelu(W_1 norm2(x)))                         (blocks with an MLP)
+    x = [resid_post](x)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mecheval.models.config import ModelConfig
+from mecheval.models.mixers import MIXERS
+from mecheval.models.sites import Site
+
+
+def make_norm(kind: str, d: int) -> nn.Module:
+    return nn.LayerNorm(d, bias=False) if kind == "layernorm" else nn.RMSNorm(d)
+
+
+class MLP(nn.Module):
+    """y = W_2 gelu(W_1 x), hidden width ratio * D, no bias."""
+
+    def __init__(self, d: int, ratio: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(d, ratio * d, bias=False)
+        self.down = nn.Linear(ratio * d, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, i: int) -> None:
+        super().__init__()
+        spec = MIXERS[cfg.mixer[i]]
+        self.resid_pre, self.mixer_in, self.mixer_out, self.resid_mid = Site(), Site(), Site(), Site()
+        self.norm1 = make_norm(cfg.norm[i], cfg.d_model)
+        self.mixer = spec.cls(cfg.d_model, cfg.d_conv[i], cfg.mixer_options(cfg.mixer[i]), i, cfg.max_len)
+        if cfg.mlp[i]:
+            self.norm2 = make_norm(cfg.norm[i], cfg.d_model)
+            self.mlp = MLP(cfg.d_model, cfg.mlp_ratio)
+            self.mlp_out = Site()
+        else:
+            self.mlp = None
+        self.resid_post = Site()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
+        x = self.resid_pre(x)
+        x = self.resid_mid(x + self.mixer_out(self.mixer(self.mixer_in(self.norm1(x)))))
+        if self.mlp is not None:
+            x = x + self.mlp_out(self.mlp(self.norm2(x)))
+        return self.resid_post(x)
+
+    def step(self, x_t: torch.Tensor, state):
+        """The recurrent view of the block (sites are not applied): x_t [B, D] -> (y_t [B, D], state)."""
+        m, state = self.mixer.step(self.norm1(x_t), state)
+        x_t = x_t + m
+        if self.mlp is not None:
+            x_t = x_t + self.mlp(self.norm2(x_t))
+        return x_t, state
+
+
+class LM(nn.Module):
+    """forward(tokens [B, T]) -> logits [B, T, V]; `positions` restricts the head to some positions."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.pos_emb == "learned" else None
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm_f = make_norm(cfg.norm[-1], cfg.d_model)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._init_weights()
+        self._sites = self._name_sites()
+
+    def _init_weights(self) -> None:
+        std = self.cfg.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        if self.pos is not None:
+            nn.init.normal_(self.pos.weight, std=std)
+        if self.head is not None:
+            nn.init.normal_(self.head.weight, std=std)
+
+    def _name_sites(self) -> "OrderedDict[str, Site]":
+        sites: OrderedDict[str, Site] = OrderedDict()
+        order = ["resid_pre", "mixer_in", "conv_out", "core_out", "mixer_out", "resid_mid", "mlp_out", "resid_post"]
+        for i, block in enumerate(self.layers):
+            found = {name: m for name, m in [*block.named_children(), *block.mixer.named_children()] if isinstance(m, Site)}
+            for name in order:
+                if name in found:
+                    found[name].name = f"layers.{i}.{name}"
+                    sites[found[name].name] = found[name]
+        return sites
+
+    def sites(self) -> "OrderedDict[str, Site]":
+        """Site name -> identity module, in forward order: `layers.{i}.{resid_pre,…,resid_post}`."""
+        return self._sites
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, T] -> the residual stream entering layer 0, [B, T, D]."""
+        T = tokens.shape[1]
+        if T > self.cfg.max_len and self.pos is not None:
+            raise ValueError(f"sequence length {T} exceeds max_len={self.cfg.max_len}")
+        h = self.embed(tokens)
+        if self.pos is not None:
+            h = h + self.pos(torch.arange(T, device=tokens.device))
+        return h
+
+    def unembed(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm and head: [..., D] -> [..., V]."""
+        h = self.norm_f(h)
+        return h @ self.embed.weight.T if self.head is None else self.head(h)
+
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, V]; with `positions` ([B] or [B, K]) only there: [B, V] / [B, K, V]."""
+        return self.forward_from(0, self.embed_tokens(tokens), positions)
+
+    def forward_from(
+        self, layer: int, resid: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Runs layers[layer:] on `resid` (the residual entering `layer`, [B, T, D]) and the head."""
+        for block in self.layers[layer:]:
+            resid = block(resid)
+        if positions is not None:
+            resid = gather_positions(resid, positions)
+        return self.unembed(resid)
+
+    @torch.no_grad()
+    def recurrent(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The step-by-step view of the whole model (every mixer's recurrent form): [B, T] -> [B, T, V]."""
+        h = self.embed_tokens(tokens)
+        B = tokens.shape[0]
+        states = [blk.mixer.init_state(B, device=h.device, dtype=h.dtype) for blk in self.layers]
+        outs = []
+        for t in range(tokens.shape[1]):
+            x = h[:, t]
+            for i, blk in enumerate(self.layers):
+                x, states[i] = blk.step(x, states[i])
+            outs.append(x)
+        return self.unembed(torch.stack(outs, dim=1))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def gather_positions(h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """h [B, T, D], positions [B] or [B, K] -> h at those positions, [B, D] or [B, K, D]."""
+    idx = positions if positions.dim() == 2 else positions[:, None]
+    out = h.gather(1, idx[..., None].expand(-1, -1, h.shape[-1]))
+    return out if positions.dim() == 2 else out[:, 0]
+
+
+def build_model(cfg: ModelConfig | dict) -> LM:
+    """An LM from a config (or a dict validated as one)."""
+    return LM(cfg if isinstance(cfg, ModelConfig) else ModelConfig.model_validate(cfg))

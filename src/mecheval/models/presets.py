@@ -1,0 +1,17 @@
+"""The architectures of the published study, as partial `ModelConfig`s (use `ModelConfig(preset=...)`).
+
+Source: ../shared/reference/paper_setup.md ("Models as published"). Fields a user sets explicitly
+override these; every mixer's own defaults (d_conv, MLP, norm) come from its MixerSpec.
+"""
+
+ARCHITECTURES: dict[str, dict] = {
+    "attention": {"mixer": "attention"},
+    "mamba": {"mixer": "mamba"},
+    "deltanet": {"mixer": "deltanet"},
+    "h3": {"mixer": "h3"},
+    "hyena": {"mixer": "hyena"},
+    # BaseConv: layer 0 short conv 3, layer 1 an implicit long convolution.
+    "baseconv": {"mixer": "baseconv", "d_conv": [3, "long"]},
+    # Based: layer 0 BaseConv (short conv 3), layer 1 Based linear attention.
+    "based": {"mixer": ["baseconv", "based"], "d_conv": [3, None]},
+}

@@ -1,0 +1,7 @@
+"""Synthetic retrieval tasks with known structure: `make_task(name, **params) -> Task`."""
+
+from mecheval.tasks.base import Task
+from mecheval.tasks.batch import Batch
+from mecheval.tasks.registry import TASKS, make_task
+
+__all__ = ["Batch", "Task", "TASKS", "make_task"]
