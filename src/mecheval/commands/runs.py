@@ -1,7 +1,52 @@
-"""`mecheval runs` (not implemented yet)."""
+"""`mecheval runs SWEEP_DIR [--best-lr]`: a table of a sweep's runs, written to runs.parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def runs(
+    sweep_dir: Path = typer.Argument(..., help="a sweep directory", exists=True, file_okay=False),
+    best_lr: bool = typer.Option(False, "--best-lr", help="only the best learning rate per group (also best_lr.parquet)"),
+    metric: str = typer.Option("summary.final.test.acc", "--metric", help="the column --best-lr maximises"),
+) -> None:
+    """Print one row per run; write every config field and summary metric to SWEEP_DIR/runs.parquet."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from mecheval.sweeps.spec import short_keys
+    from mecheval.sweeps.table import best_lr as select_best
+    from mecheval.sweeps.table import collect, varying
+
+    try:
+        df = collect(sweep_dir)
+        df.to_parquet(sweep_dir / "runs.parquet", index=False)
+        shown = df
+        if best_lr:
+            shown = select_best(df, metric)
+            shown.to_parquet(sweep_dir / "best_lr.parquet", index=False)
+    except (FileNotFoundError, KeyError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    fields = varying(df)
+    metrics = [c for c in df.columns if c.startswith("summary.final.") and c.endswith(".acc")]
+    cols = ["name", "status", *fields, *metrics, "summary.wall_time_s"]
+    headers = {**short_keys(fields), **{m: m.removeprefix("summary.final.") for m in metrics}, "summary.wall_time_s": "wall s"}
+    table = Table(title=f"best lr: {len(shown)} of {len(df)} runs" if best_lr else f"{len(df)} runs")
+    for c in cols:
+        table.add_column(headers.get(c, c), justify="left" if c in ("name", "status") else "right", overflow="fold")
+    for _, row in shown.iterrows():
+        table.add_row(*(_cell(row.get(c)) for c in cols))
+    Console().print(table)
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def register(app: typer.Typer) -> None:
-    """Adds nothing until this command is implemented."""
+    app.command("runs")(runs)

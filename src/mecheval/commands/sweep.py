@@ -1,7 +1,51 @@
-"""`mecheval sweep` (not implemented yet)."""
+"""`mecheval sweep SWEEP.yaml --out SWEEP_DIR [--executor local|ray] [--workers N] [--address ADDR]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 
+def sweep(
+    spec: Path = typer.Argument(..., help="sweep file (YAML): base, grid and/or list", exists=True, dir_okay=False),
+    out: Path = typer.Option(..., "--out", help="sweep directory (runs go to OUT/runs/<name>)"),
+    executor: str = typer.Option("local", "--executor", help="local | ray"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: core count)"),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray)"),
+) -> None:
+    """Run every unfinished run of a sweep; finished runs are skipped, interrupted ones resume."""
+    from mecheval.sweeps import expand, load_sweep, run_sweep
+    from mecheval.training import ConfigError
+
+    if executor not in ("local", "ray"):
+        typer.echo(f"error: --executor must be local or ray, got {executor!r}", err=True)
+        raise typer.Exit(2)
+    try:
+        spec_cfg = load_sweep(spec)
+        total = len(expand(spec_cfg))
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    count = 0
+
+    def report(outcome) -> None:
+        nonlocal count
+        count += 1
+        if outcome.error:
+            typer.echo(f"[{count}] FAILED {outcome.name}: {outcome.error}", err=True)
+        else:
+            accs = " ".join(f"{s}={m['acc']:.3f}" for s, m in outcome.summary["final"].items())
+            typer.echo(f"[{count}] done {outcome.name}: {accs} ({outcome.summary['wall_time_s']:.1f} s)")
+
+    outcomes = run_sweep(spec_cfg, out, executor, workers, address, on_outcome=report)
+    skipped = sum(o.skipped for o in outcomes)
+    failed = [o.name for o in outcomes if o.error]
+    typer.echo(f"{total} runs: {skipped} already finished, {total - skipped - len(failed)} trained, {len(failed)} failed")
+    if failed:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
-    """Adds nothing until this command is implemented."""
+    app.command("sweep")(sweep)

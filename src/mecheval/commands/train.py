@@ -1,7 +1,52 @@
-"""`mecheval train` (not implemented yet)."""
+"""`mecheval train [CONFIG.yaml] [--set key=value …] --out RUN_DIR [--resume] [--device …] [--quiet]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 
+def train(
+    config: Optional[Path] = typer.Argument(
+        None, help="training config (YAML); default: only --set, or the run's own config with --resume", exists=True, dir_okay=False
+    ),
+    out: Path = typer.Option(..., "--out", help="run directory to write"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field: a.b=value (YAML value); repeatable"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its last checkpoint"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda | auto (overrides the config)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="also log to TensorBoard (RUN_DIR/tensorboard)"),
+    wandb: bool = typer.Option(False, "--wandb", help="also log to Weights & Biases"),
+) -> None:
+    """Train one model and write a run directory (config, metrics, weights, summary).
+
+    Uses `resources.num_cpus` torch threads (default 1).
+    """
+    import torch
+
+    from mecheval.training import ConfigError, RunExistsError, load_config
+    from mecheval.training import train as run_training
+    from mecheval.training.checkpoint import CheckpointError
+    from mecheval.training.run_dir import CONFIG
+
+    sets = list(set_ or [])
+    if device is not None:
+        sets.append(f"device={device}")
+    sets += [f"loggers.{name}=true" for name, on in (("tensorboard", tensorboard), ("wandb", wandb)) if on]
+    try:
+        if config is None and resume and (out / CONFIG).exists():
+            config = out / CONFIG
+        cfg = load_config(config, sets)
+        torch.set_num_threads(max(1, int(cfg.resources.num_cpus)))
+        summary = run_training(cfg, out, resume=resume, quiet=quiet)
+    except (ConfigError, RunExistsError, CheckpointError, ImportError, RuntimeError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    accs = "  ".join(f"acc[{split}]={m['acc']:.4f}" for split, m in summary["final"].items())
+    typer.echo(f"{out}: {summary['steps']} steps  {accs}  {summary['wall_time_s']:.1f} s  {summary['tokens_per_s']:.0f} tokens/s")
+
+
 def register(app: typer.Typer) -> None:
-    """Adds nothing until this command is implemented."""
+    app.command("train")(train)

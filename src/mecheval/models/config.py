@@ -45,7 +45,7 @@ class ModelConfig(BaseModel):
     max_len: int = Field(1024, gt=0)
     mlp_ratio: int = Field(4, gt=0)
     tie_embeddings: bool = True
-    init_std: float = Field(0.02, gt=0)
+    init_std: float | None = Field(None, gt=0, description="std of the token embeddings; None: d_model ** -0.5")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -58,7 +58,7 @@ class ModelConfig(BaseModel):
             data = {**ARCHITECTURES[name], **data}
         return data
 
-    @field_validator("d_conv")
+    @field_validator("d_conv", mode="before")  # before: a bool must not pass as int
     @classmethod
     def _check_conv(cls, v):
         for spec in v if isinstance(v, list) else [v]:

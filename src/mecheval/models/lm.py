@@ -1,5 +1,11 @@
 """The language model: token (+ position) embedding -> pre-norm blocks -> final norm -> tied head.
 
+Embedding (Vaswani et al., 2017, sec. 3.4): h_0[t] = sqrt(D) E[x_t] + P[t] with E ~ N(0, 1/D) and
+P ~ N(0, 1), so the residual stream starts at unit scale, like the outputs of the blocks' linear
+layers (PyTorch's default init). The tied head reads E unscaled, so initial logits are O(1).
+With embeddings at a small scale (e.g. N(0, 0.02²)) the first block's output drowns the token
+identities, and 2-layer attention then fails to learn even 2-pair AR in 1,500 steps.
+
 Block i (sites in brackets, each [B, T, D] unless noted):
     x = [resid_pre](x)
     x = [resid_mid](x + [mixer_out](mixer([mixer_in](norm1(x)))))   mixer sites: [conv_out], [core_out]
@@ -51,9 +57,19 @@ class Block(nn.Module):
             self.mlp = None
         self.resid_post = Site()
 
+    FINISH_SITES = ("mixer_out", "resid_mid", "mlp_out", "resid_post")  # the sites `finish` applies
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
+        return self.finish(*self.mix(x))
+
+    def mix(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block up to its mixer: x [B, T, D] -> (x after site resid_pre, the mixer's output m)."""
         x = self.resid_pre(x)
-        x = self.resid_mid(x + self.mixer_out(self.mixer(self.mixer_in(self.norm1(x)))))
+        return x, self.mixer(self.mixer_in(self.norm1(x)))
+
+    def finish(self, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        """The rest of the block, position-wise: (x, m) [..., D] -> the block's output [..., D]."""
+        x = self.resid_mid(x + self.mixer_out(m))
         if self.mlp is not None:
             x = x + self.mlp_out(self.mlp(self.norm2(x)))
         return self.resid_post(x)
@@ -82,12 +98,12 @@ class LM(nn.Module):
         self._sites = self._name_sites()
 
     def _init_weights(self) -> None:
-        std = self.cfg.init_std
-        nn.init.normal_(self.embed.weight, std=std)
+        d = self.cfg.d_model
+        nn.init.normal_(self.embed.weight, std=self.cfg.init_std or d**-0.5)
         if self.pos is not None:
-            nn.init.normal_(self.pos.weight, std=std)
+            nn.init.normal_(self.pos.weight, std=1.0)
         if self.head is not None:
-            nn.init.normal_(self.head.weight, std=std)
+            nn.init.normal_(self.head.weight, std=d**-0.5)
 
     def _name_sites(self) -> "OrderedDict[str, Site]":
         sites: OrderedDict[str, Site] = OrderedDict()
@@ -109,7 +125,7 @@ class LM(nn.Module):
         T = tokens.shape[1]
         if T > self.cfg.max_len and self.pos is not None:
             raise ValueError(f"sequence length {T} exceeds max_len={self.cfg.max_len}")
-        h = self.embed(tokens)
+        h = self.embed(tokens) * self.cfg.d_model**0.5
         if self.pos is not None:
             h = h + self.pos(torch.arange(T, device=tokens.device))
         return h
@@ -126,11 +142,23 @@ class LM(nn.Module):
         return self.forward_from(0, self.embed_tokens(tokens), positions)
 
     def forward_from(
-        self, layer: int, resid: torch.Tensor, positions: torch.Tensor | None = None
+        self,
+        layer: int,
+        resid: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        *,
+        narrow_tail: bool = False,
     ) -> torch.Tensor:
-        """Runs layers[layer:] on `resid` (the residual entering `layer`, [B, T, D]) and the head."""
+        """Runs layers[layer:] on `resid` (the residual entering `layer`, [B, T, D]) and the head.
+
+        narrow_tail: with `positions`, the last block's position-wise part runs only there (same
+        logits, less work; that block's FINISH_SITES then carry [B, D] or [B, K, D]).
+        """
         for block in self.layers[layer:]:
-            resid = block(resid)
+            x, m = block.mix(resid)
+            if narrow_tail and positions is not None and block is self.layers[-1]:
+                return self.unembed(block.finish(gather_positions(x, positions), gather_positions(m, positions)))
+            resid = block.finish(x, m)
         if positions is not None:
             resid = gather_positions(resid, positions)
         return self.unembed(resid)

@@ -14,7 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mecheval.models.ops.fft_conv import fft_conv
+
 ConvSpec = int | str
+FFT_MIN_TAPS = 32  # longer effective kernels convolve by FFT (same result, faster)
 
 
 class ShortConv(nn.Module):
@@ -33,8 +36,13 @@ class ShortConv(nn.Module):
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel_size).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xt = F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0))  # [B, C, T + k - 1]
-        return F.conv1d(xt, self.weight, groups=self.channels).transpose(1, 2)
+        T = x.shape[1]
+        k = min(self.kernel_size, T)  # taps reaching before t = 0 only ever meet zeros: skip them
+        w = self.weight[..., -k:]
+        if k > FFT_MIN_TAPS:  # a long kernel (e.g. H3's shift SSM of state 1024): O(T log T) by FFT
+            return fft_conv(x, F.pad(w[:, 0].flip(-1).T, (0, 0, 0, T - k)))  # filter [T, C], lag-major
+        xt = F.pad(x.transpose(1, 2), (k - 1, 0))  # [B, C, T + k - 1]
+        return F.conv1d(xt, w, groups=self.channels).transpose(1, 2)
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         """The last k-1 inputs: [B, C, k-1]."""

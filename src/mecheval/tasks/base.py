@@ -14,11 +14,12 @@ SPLITS = ("train", "test")
 class Task(abc.ABC):
     """A seeded generator of retrieval examples with known role positions.
 
-    Subclasses are built by `mecheval.tasks.make_task(name, **params)`; `params` is a pydantic model
+    Subclasses are built by `mecheval.tasks.make_task(name, **params)`; `params` is a `Params` model
     holding the validated parameters (so `task.params.model_dump()` reproduces the task).
     """
 
     name: str
+    Params: type  # the pydantic model of the parameters (extra="forbid")
     params: object
 
     @property
@@ -35,6 +36,11 @@ class Task(abc.ABC):
     def roles(self) -> tuple[str, ...]:
         """The role names every batch of this task carries."""
         return ("key", "value", "sep", "query")
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """Split names `sample` accepts."""
+        return SPLITS
 
     @property
     def corruptible_roles(self) -> tuple[str, ...]:

@@ -17,6 +17,8 @@ class Batch:
     answer_pos: LongTensor like `answer`: the position whose next-token prediction is the answer
     roles:      name -> LongTensor like `answer`: the position of that role in each sequence
                 (at least `key`, `value`, `sep`, `query`)
+    extra:      name -> task-specific tensor with the batch dimension first (e.g. ATR's dependency
+                tree: `parent` [B, T] position of each token's head or -1, `depth` [B, T])
     """
 
     tokens: torch.Tensor
@@ -24,6 +26,7 @@ class Batch:
     answer: torch.Tensor
     answer_pos: torch.Tensor
     roles: dict[str, torch.Tensor] = field(default_factory=dict)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -35,6 +38,7 @@ class Batch:
             answer=self.answer.to(device),
             answer_pos=self.answer_pos.to(device),
             roles={k: v.to(device) for k, v in self.roles.items()},
+            extra={k: v.to(device) for k, v in self.extra.items()},
         )
 
     def select(self, index: torch.Tensor | slice) -> "Batch":
@@ -45,6 +49,7 @@ class Batch:
             answer=self.answer[index],
             answer_pos=self.answer_pos[index],
             roles={k: v[index] for k, v in self.roles.items()},
+            extra={k: v[index] for k, v in self.extra.items()},
         )
 
     def with_tokens(self, tokens: torch.Tensor) -> "Batch":

@@ -1,17 +1,49 @@
-"""BaseConv mixer (not implemented yet)."""
+"""BaseConv (Arora et al., 2023, "Zoology"), as in zoology's `BaseConv` used by the study.
+
+    c = conv(u)                 the causal conv of `d_conv` on the D channels (site `conv_out`, [B, T, D]):
+                                a short conv of kernel k, or the implicit long conv ("long"); d_conv 0
+                                removes it (c = u, so the layer no longer mixes positions)
+    core = c ⊙ (W u)            the gated convolution (site `core_out`, [B, T, D])
+    y = core + u                [B, T, D]
+There is no in- or out-projection: the conv reads the mixer input directly, as published.
+Published: layer 0 short conv 3, layer 1 "long" (the `baseconv` preset); in the Based hybrid,
+layer 0 (short conv 3). The recurrent view steps the conv (its state) and is otherwise pointwise.
+"""
 
 from __future__ import annotations
 
+import torch
+from torch import nn
+
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
+from mecheval.models.shortconv import ConvSpec, make_conv
+from mecheval.models.sites import Site
 
 
 class BaseConvOptions(MixerOptions):
-    pass
+    """BaseConv has no options beyond `d_conv`."""
 
 
 class BaseConv(Mixer):
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("baseconv is not implemented yet")
+    def __init__(self, d_model: int, conv: ConvSpec, options: BaseConvOptions, layer_idx: int, max_len: int):
+        super().__init__(d_model, conv, options, layer_idx, max_len)
+        self.conv = make_conv(conv, d_model, max_len)
+        if self.conv is not None:
+            self.conv_out = Site()
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.core_out = Site()
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        c = u if self.conv is None else self.conv_out(self.conv(u))
+        return self.core_out(c * self.proj(u)) + u
+
+    def init_state(self, batch_size: int, device=None, dtype=None):
+        """The conv's state (None without a conv)."""
+        return None if self.conv is None else self.conv.init_state(batch_size, device=device, dtype=dtype)
+
+    def step(self, u_t: torch.Tensor, state):
+        c, state = (u_t, None) if self.conv is None else self.conv.step(u_t, state)
+        return c * self.proj(u_t) + u_t, state
 
 
 SPEC = MixerSpec(cls=BaseConv, options=BaseConvOptions, default_conv=3, default_mlp=True, default_norm="layernorm")

@@ -1,17 +1,88 @@
-"""Based mixer (not implemented yet)."""
+"""Based linear attention (Arora et al., 2024), as in zoology's `Based` (the study's layer 1 of Based).
+
+Per head h, with feature dimension F (published: F = 8, 1 head):
+    q_t = W_q x_t,  k_t = W_k x_t  [B, T, H, F];   v_t = W_v x_t  [B, T, H, D/H]
+    φ(x) = [1, x / F^{1/4}, vec(x x^T) / (√2 √F)]      [1 + F + F^2]: 2nd-order Taylor map of exp, so
+    φ(q)·φ(k) = 1 + q·k/√F + (q·k)^2 / (2F) ≈ exp(q·k/√F)   (always >= 1/2: the normaliser is safe)
+    core_t = sum_{s <= t} (φ(q_t)·φ(k_s)) v_s / (sum_{s <= t} φ(q_t)·φ(k_s) + eps)
+                                                   (site `core_out`, heads concatenated: [B, T, D])
+    y_t = W_o core_t                               [B, T, D]
+No sliding window and no convolution of its own (the short conv of the Based hybrid is layer 0's
+BaseConv), so `d_conv` must be 0. Training uses the chunked form of
+`mecheval.models.ops.linear_attention`; the recurrent view keeps the running sums
+S = sum_s φ(k_s) v_s^T [B, H, 1+F+F^2, D/H] and z = sum_s φ(k_s) [B, H, 1+F+F^2].
+"""
 
 from __future__ import annotations
 
+import math
+
+import torch
+from pydantic import Field
+from torch import nn
+
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
+from mecheval.models.ops.linear_attention import causal_linear_attention
+from mecheval.models.shortconv import ConvSpec
+from mecheval.models.sites import Site
 
 
 class BasedOptions(MixerOptions):
-    pass
+    feature_dim: int = Field(8, gt=0)  # F: query/key width per head before the feature map
+    n_heads: int = Field(1, gt=0)
+    eps: float = Field(1e-12, gt=0)  # > 0: zero-padded steps of the chunked form divide 0 by eps
+    chunk_size: int = Field(64, gt=0)  # speed only: the chunked form computes the same result
+
+
+def taylor_features(x: torch.Tensor) -> torch.Tensor:
+    """φ(x) for x [..., F] -> [..., 1 + F + F^2] (see module docstring)."""
+    dim = x.shape[-1]
+    x2 = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) / math.sqrt(2 * dim)
+    return torch.cat([torch.ones_like(x[..., :1]), x / dim**0.25, x2], dim=-1)
 
 
 class Based(Mixer):
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("based is not implemented yet")
+    def __init__(self, d_model: int, conv: ConvSpec, options: BasedOptions, layer_idx: int, max_len: int):
+        super().__init__(d_model, conv, options, layer_idx, max_len)
+        if conv != 0:
+            raise ValueError("based has no convolution of its own: d_conv must be 0")
+        if d_model % options.n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by based n_heads={options.n_heads}")
+        self.n_heads, self.feature_dim = options.n_heads, options.feature_dim
+        self.eps, self.chunk_size = options.eps, options.chunk_size
+        self.proj_q = nn.Linear(d_model, options.n_heads * options.feature_dim, bias=False)
+        self.proj_k = nn.Linear(d_model, options.n_heads * options.feature_dim, bias=False)
+        self.proj_v = nn.Linear(d_model, d_model, bias=False)
+        self.core_out = Site()
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def _qkv(self, x: torch.Tensor):
+        """x [..., D] -> φ(q), φ(k) [..., H, 1+F+F^2] and v [..., H, D/H]."""
+        heads = x.shape[:-1] + (self.n_heads, -1)
+        q, k = (taylor_features(p(x).view(heads)) for p in (self.proj_q, self.proj_k))
+        return q, k, self.proj_v(x).view(heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = (z.transpose(1, 2) for z in self._qkv(x))  # [B, H, T, *]
+        core = causal_linear_attention(q, k, v, chunk_size=self.chunk_size, eps=self.eps)
+        return self.out(self.core_out(core.transpose(1, 2).reshape(B, T, D)))
+
+    def init_state(self, batch_size: int, device=None, dtype=None):
+        """(S [B, H, 1+F+F^2, D/H], z [B, H, 1+F+F^2]), zero."""
+        P, dv = 1 + self.feature_dim + self.feature_dim**2, self.d_model // self.n_heads
+        S = torch.zeros(batch_size, self.n_heads, P, dv, device=device, dtype=dtype)
+        return S, torch.zeros(batch_size, self.n_heads, P, device=device, dtype=dtype)
+
+    def step(self, x_t: torch.Tensor, state):
+        S, z = state
+        q, k, v = self._qkv(x_t)  # [B, H, P], [B, H, P], [B, H, D/H]
+        S = S + k.unsqueeze(-1) * v.unsqueeze(-2)
+        z = z + k
+        core = (q.unsqueeze(-1) * S).sum(-2) / ((q * z).sum(-1, keepdim=True) + self.eps)
+        return self.out(core.reshape(x_t.shape)), (S, z)
 
 
-SPEC = MixerSpec(cls=Based, options=BasedOptions, default_conv=0, default_mlp=True, default_norm="layernorm")
+SPEC = MixerSpec(
+    cls=Based, options=BasedOptions, default_conv=0, default_mlp=True, default_norm="layernorm", has_conv=False
+)

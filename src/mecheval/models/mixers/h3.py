@@ -1,17 +1,127 @@
-"""H3 mixer (not implemented yet)."""
+"""H3 (Fu, Dao et al., 2023, "Hungry Hungry Hippos"), as in zoology's `H3` used by the study.
+
+With H = D / d_h heads of head dim d_h, per head h:
+    q, k, v = W_q u, W_k u, W_v u                       [B, T, D] each, viewed [B, T, H, d_h]
+    k̄ = conv(k)                                         the shift SSM on the keys (site `conv_out`, [B, T, D])
+    kv_t = k̄_t v_t^T                                    [B, T, H, d_h, d_h]
+    s = SSM_diag,h(kv) + D_h kv                         a diagonal SSM per head on every entry of kv
+                                                        (site `core_out`, flattened: [B, T, D · d_h])
+    o_t[h] = s_t[h]^T q_t[h]                             [B, T, H, d_h]   (the multiplicative gate by q)
+    y = W_o o                                           [B, T, D]
+SSM_diag is S4D-Lin with M = d_state / 2 complex modes (a real state of d_state), bilinear discretisation:
+    A_m = -exp(a_m) + i θ_m,  dA = (1 + ΔA/2) / (1 - ΔA/2),  dB = Δ B / (1 - ΔA/2)
+    x_t = dA ⊙ x_{t-1} + dB kv_t,   SSM(kv)_t = 2 Re(C · x_t)      x: [B, H, d_h, d_h, M] complex
+init: a = log 1/2, θ_m = π m, B = 1, C ~ CN(0, 1), Δ ~ logU[dt_min, dt_max] per head, D_h ~ N(0, 1).
+Training convolves kv with the SSM's kernel by FFT (`diag_ssm`); the recurrent view steps x.
+
+The shift SSM is our shared short conv. A shift SSM of state size N (A the shift matrix, B = e_1) keeps
+the last N keys, so k̄_t = Σ_{j<N} C_j k_{t-j} + D k_t: exactly a causal depthwise conv of kernel N,
+its D being the lag-0 tap (folded in; zoology's separate D ~ N(0, 1) is the one init difference).
+So `d_conv = k` is a shift SSM of state k, 0 removes it (k̄ = k), and "long" puts the implicit long
+conv in its place, as for every mixer.
+
+Published (paper_setup.md, "state 1024, head dim 2"): the study's code passes zoology's H3
+`d_state = l_max = n_positions = 1024` (its comment: "makes it mathematically equivalent to Hyena") and
+`head_dim = 2`. Our reading: d_state = 1024 sizes both SSMs, so the shift SSM is a conv of kernel 1024
+(longer than every sequence: an explicit filter over the whole context; `default_conv = 1024`), and
+the diagonal SSM has 512 complex modes per head. Difference: no biases (zoology's H3 projections have
+them; the study asks for none).
+"""
 
 from __future__ import annotations
 
+import math
+
+import torch
+from pydantic import Field, field_validator
+from torch import nn
+
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
+from mecheval.models.ops.diag_ssm import diag_ssm, diag_ssm_init_state, diag_ssm_step
+from mecheval.models.shortconv import ConvSpec, make_conv
+from mecheval.models.sites import Site
+
+PUBLISHED_STATE = 1024  # zoology's d_state as the study sets it (= n_positions)
 
 
 class H3Options(MixerOptions):
-    pass
+    d_state: int = Field(PUBLISHED_STATE, gt=0, description="real state size of the diagonal SSM (even)")
+    head_dim: int = Field(2, gt=0)
+    dt_min: float = Field(0.001, gt=0)
+    dt_max: float = Field(0.1, gt=0)
+
+    @field_validator("d_state")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError(f"d_state must be even (M = d_state / 2 complex modes), got {v}")
+        return v
 
 
 class H3(Mixer):
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("h3 is not implemented yet")
+    def __init__(self, d_model: int, conv: ConvSpec, options: H3Options, layer_idx: int, max_len: int):
+        super().__init__(d_model, conv, options, layer_idx, max_len)
+        if d_model % options.head_dim:
+            raise ValueError(f"d_model={d_model} is not divisible by h3 head_dim={options.head_dim}")
+        if options.dt_min > options.dt_max:
+            raise ValueError(f"h3 dt_min={options.dt_min} > dt_max={options.dt_max}")
+        self.d_head = hd = options.head_dim
+        self.n_heads = H = d_model // hd
+        self.n_modes = M = options.d_state // 2
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.conv = make_conv(conv, d_model, max_len)
+        if self.conv is not None:
+            self.conv_out = Site()
+        lo, hi = math.log(options.dt_min), math.log(options.dt_max)
+        self.log_dt = nn.Parameter(torch.rand(H) * (hi - lo) + lo)  # [H]
+        self.log_A_real = nn.Parameter(torch.full((H, M), math.log(0.5)))  # [H, M]
+        self.A_imag = nn.Parameter(math.pi * torch.arange(M, dtype=torch.float32).repeat(H, 1))  # [H, M]
+        self.B = nn.Parameter(torch.view_as_real(torch.ones(H, M, dtype=torch.complex64)).clone())  # [H, M, 2]
+        self.C = nn.Parameter(torch.view_as_real(torch.randn(H, M, dtype=torch.complex64)).clone())  # [H, M, 2]
+        self.D = nn.Parameter(torch.randn(H))
+        self.core_out = Site()
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def _discretize(self):
+        """Bilinear discretisation -> dA, dB, C: [H, M] complex."""
+        dt = torch.exp(self.log_dt)[:, None]
+        dtA = dt * torch.complex(-torch.exp(self.log_A_real), self.A_imag)
+        dA, dB = (1 + dtA / 2) / (1 - dtA / 2), torch.view_as_complex(self.B) * dt / (1 - dtA / 2)
+        return dA, dB, torch.view_as_complex(self.C)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., H, d_h]
+        return x.unflatten(-1, (self.n_heads, self.d_head))
+
+    def _kv(self, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # -> [..., H, d_h, d_h]
+        return self._heads(k)[..., :, None] * self._heads(v)[..., None, :]
+
+    def _out(self, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """o[h, j] = Σ_i q[h, i] s[h, i, j], then W_o: q [..., D], s [..., H, d_h, d_h] -> [..., D]."""
+        return self.out_proj((self._heads(q)[..., None] * s).sum(-2).flatten(-2))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(u).chunk(3, dim=-1)
+        if self.conv is not None:
+            k = self.conv_out(self.conv(k))
+        kv = self._kv(k, v)  # [B, T, H, d_h, d_h]
+        s = diag_ssm(kv, *self._discretize()) + self.D[:, None, None] * kv
+        s = self.core_out(s.flatten(-3)).unflatten(-1, kv.shape[-3:])
+        return self._out(q, s)
+
+    def init_state(self, batch_size: int, device=None, dtype=None):
+        """(conv state or None, x [B, H, d_h, d_h, M] complex zeros)."""
+        conv = None if self.conv is None else self.conv.init_state(batch_size, device=device, dtype=dtype)
+        shape = (batch_size, self.n_heads, self.d_head, self.d_head)
+        return conv, diag_ssm_init_state(shape, self.n_modes, dtype or torch.get_default_dtype(), device)
+
+    def step(self, u_t: torch.Tensor, state):
+        conv_state, x = state
+        q, k, v = self.qkv(u_t).chunk(3, dim=-1)
+        if self.conv is not None:
+            k, conv_state = self.conv.step(k, conv_state)
+        kv = self._kv(k, v)  # [B, H, d_h, d_h]
+        y, x = diag_ssm_step(kv, *self._discretize(), x)
+        return self._out(q, y + self.D[:, None, None] * kv), (conv_state, x)
 
 
-SPEC = MixerSpec(cls=H3, options=H3Options, default_conv=4, default_mlp=True, default_norm="layernorm")
+SPEC = MixerSpec(cls=H3, options=H3Options, default_conv=PUBLISHED_STATE, default_mlp=True, default_norm="layernorm")

@@ -1,0 +1,129 @@
+"""Interchange experiments on a task batch -> tidy DataFrames (one row per cell, or per cell × example)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mecheval.interventions.engine import Cell, patch_cells, resolve_sites
+from mecheval.interventions.metrics import DIRECTIONS, attribution, bootstrap_attribution
+from mecheval.models.lm import LM
+from mecheval.tasks import Batch, Task
+
+
+def interchange(
+    lm: LM,
+    task: Task,
+    batch: Batch,
+    corrupt: str,
+    sites: Sequence[str],
+    positions: Sequence[str] | None = None,
+    *,
+    seed: int = 0,
+    per_example: bool = False,
+    direction: str = "sufficiency",
+    chunk: int | None = None,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
+    """Patch each (site, role position) cell between `batch` and `task.corrupt(batch, corrupt, seed)`.
+
+    sites: names or globs (`layers.*.resid_pre`, or a bare kind `resid_pre`); positions: role names
+    of `batch.roles` (default: all). direction "sufficiency" runs the corrupted input with the clean
+    activation patched in, "necessity" the reverse. Returns one row per (layer, site, position) with
+    `p_clean`, `p_corrupt`, `p_patched` (means over examples), `attrib` with its bootstrap interval
+    `attrib_lo`/`attrib_hi` (95%, `n_boot` resamples), the same for logits (`logit_*`) and `n`;
+    `per_example=True` returns one row per cell × example (column `example`) without attributions.
+    """
+    positions = list(batch.roles) if positions is None else list(positions)
+    missing = [p for p in positions if p not in batch.roles]
+    if missing:
+        raise ValueError(f"positions {missing} are not roles of this batch; known: {list(batch.roles)}")
+    return _experiment(
+        lm, task, batch, corrupt, sites, {p: batch.roles[p] for p in positions},
+        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot,
+    )
+
+
+def patch_all_positions(
+    lm: LM,
+    task: Task,
+    batch: Batch,
+    corrupt: str,
+    sites: Sequence[str],
+    *,
+    seed: int = 0,
+    per_example: bool = False,
+    direction: str = "sufficiency",
+    chunk: int | None = None,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
+    """`interchange` at every absolute position 0..T-1 (column `position` holds the index as a string)."""
+    B, T = batch.tokens.shape
+    where = {str(t): torch.full((B,), t, device=batch.tokens.device) for t in range(T)}
+    return _experiment(
+        lm, task, batch, corrupt, sites, where,
+        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot,
+    )
+
+
+def _experiment(
+    lm, task, batch, corrupt, sites, where: Mapping[str, torch.Tensor], *, seed, per_example, direction, chunk, n_boot
+) -> pd.DataFrame:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    counter = task.corrupt(batch, corrupt, seed)
+    clean, corrupted = batch.tokens, counter.tokens
+    base, source = (corrupted, clean) if direction == "sufficiency" else (clean, corrupted)
+    cells = [Cell(s, p) for s in resolve_sites(lm, sites) for p in where]
+    was_training = lm.training
+    lm.eval()
+    try:
+        r = patch_cells(lm, base, source, cells, where, batch.answer, batch.answer_pos, chunk=chunk)
+    finally:
+        lm.train(was_training)
+    clean_key, corrupt_key = ("source", "base") if direction == "sufficiency" else ("base", "source")
+    scores = {
+        f"{m}_{name}": r[f"{m}_{key}"].double().numpy()
+        for m in ("p", "logit")
+        for name, key in (("clean", clean_key), ("corrupt", corrupt_key))
+    }
+    scores["p_patched"], scores["logit_patched"] = r["p_patched"].double().numpy(), r["logit_patched"].double().numpy()
+    ids = pd.DataFrame(
+        {
+            "corrupt": corrupt,
+            "direction": direction,
+            "layer": [c.layer for c in cells],
+            "site": [c.kind for c in cells],
+            "position": [c.position for c in cells],
+        }
+    )
+    return _per_example(ids, scores) if per_example else _summary(ids, scores, direction, n_boot, seed)
+
+
+def _summary(ids: pd.DataFrame, s: dict[str, np.ndarray], direction: str, n_boot: int, seed: int) -> pd.DataFrame:
+    df = ids.copy()
+    df["n"] = s["p_clean"].shape[0]
+    for m in ("p", "logit"):
+        for k in ("clean", "corrupt"):
+            df[f"{m}_{k}"] = s[f"{m}_{k}"].mean()
+        df[f"{m}_patched"] = s[f"{m}_patched"].mean(1)
+        prefix = "" if m == "p" else "logit_"
+        df[f"{prefix}attrib"] = attribution(df[f"{m}_patched"], df[f"{m}_clean"], df[f"{m}_corrupt"], direction)
+    df["attrib_lo"], df["attrib_hi"] = bootstrap_attribution(
+        s["p_patched"], s["p_clean"], s["p_corrupt"], direction, n_boot=n_boot, seed=seed
+    )
+    return df
+
+
+def _per_example(ids: pd.DataFrame, s: dict[str, np.ndarray]) -> pd.DataFrame:
+    C, B = s["p_patched"].shape
+    df = ids.loc[ids.index.repeat(B)].reset_index(drop=True)
+    df["example"] = np.tile(np.arange(B), C)
+    for m in ("p", "logit"):
+        for k in ("clean", "corrupt"):
+            df[f"{m}_{k}"] = np.tile(s[f"{m}_{k}"], C)
+        df[f"{m}_patched"] = s[f"{m}_patched"].reshape(-1)
+    return df

@@ -1,0 +1,65 @@
+"""The delta rule (Schlag et al., 2021; chunkwise form of Yang et al., 2024, "Parallelizing Linear
+Transformers with the Delta Rule over Sequence Length"), per head, state S: [d_k, d_v]:
+
+    S_t = S_{t-1} + β_t k_t (v_t - S_{t-1}^T k_t)^T  =  (I - β_t k_t k_t^T) S_{t-1} + β_t k_t v_t^T
+    o_t = S_t^T q_t
+
+Shapes: q, k: [B, T, H, d_k]; v: [B, T, H, d_v]; beta: [B, T, H]; o: [B, T, H, d_v]; S: [B, H, d_k, d_v].
+(Scaling and normalising q, k is the caller's business.)
+
+Chunkwise form (chunk of L rows K, V, Q, β entering with state S): the WY / UT transform
+    T = (I + tril(diag(β) K K^T, -1))^{-1} diag(β),   W = T K,   U = T V
+gives the pseudo-values U' = U - W S (row t: β_t (v_t - S_{t-1}^T k_t)), and
+    O = Q S + tril(Q K^T) U',      S_next = S + K^T U'.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def delta_rule_step(q_t, k_t, v_t, beta_t, S):
+    """One step: q_t, k_t [B, H, d_k]; v_t [B, H, d_v]; beta_t [B, H]; S [B, H, d_k, d_v] -> (o_t, S)."""
+    u_t = beta_t[..., None] * (v_t - torch.einsum("bhkv,bhk->bhv", S, k_t))  # [B, H, d_v]
+    S = S + k_t[..., :, None] * u_t[..., None, :]
+    return torch.einsum("bhkv,bhk->bhv", S, q_t), S
+
+
+def delta_rule_loop(q, k, v, beta):
+    """Plain per-step loop (the reference): -> o [B, T, H, d_v]."""
+    Bsz, T, H, dk = k.shape
+    S = q.new_zeros(Bsz, H, dk, v.shape[-1])
+    outs = []
+    for t in range(T):
+        o, S = delta_rule_step(q[:, t], k[:, t], v[:, t], beta[:, t], S)
+        outs.append(o)
+    return torch.stack(outs, dim=1)
+
+
+def delta_rule(q, k, v, beta, chunk_size: int = 64):
+    """Chunkwise delta rule (module docstring): all chunks' W, U at once, then T / L steps of the state."""
+    Bsz, T, H, dk = k.shape
+    dv = v.shape[-1]
+    nc = -(-T // chunk_size)
+    L = -(-T // nc)  # chunks of at most chunk_size, as even as possible (least padding)
+    pad = nc * L - T  # padded rows have k = v = q = β = 0: no change to the state, outputs dropped
+
+    def chunks(x):  # [B, T, H, ...] -> [B, H, nc, L, ...]
+        x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad))
+        return x.view(Bsz, nc, L, H, *x.shape[3:]).transpose(1, 3).transpose(2, 3)
+
+    q, k, v, beta = chunks(q), chunks(k), chunks(v), chunks(beta)
+    kb, vb = k * beta[..., None], v * beta[..., None]
+    A = torch.tril(kb @ k.transpose(-1, -2), diagonal=-1)  # [B, H, nc, L, L]: β_t k_t·k_i, i < t
+    WU = torch.linalg.solve_triangular(A, torch.cat([kb, vb], -1), upper=False, unitriangular=True)
+    W, U = WU.split([dk, dv], dim=-1)  # (I + A)^{-1} diag(β) [K V]
+    QK = torch.tril(q @ k.transpose(-1, -2))  # [B, H, nc, L, L], inclusive
+    S = q.new_zeros(Bsz, H, dk, dv)
+    outs = []
+    for q_c, k_c, W_c, U_c, QK_c in zip(q.unbind(2), k.unbind(2), W.unbind(2), U.unbind(2), QK.unbind(2)):
+        U_c = U_c - W_c @ S  # pseudo-values [B, H, L, d_v]
+        outs.append(q_c @ S + QK_c @ U_c)
+        S = S + k_c.transpose(-1, -2) @ U_c
+    o = torch.stack(outs, dim=2)  # [B, H, nc, L, d_v]
+    return o.permute(0, 2, 3, 1, 4).reshape(Bsz, nc * L, H, dv)[:, :T]

@@ -1,0 +1,79 @@
+"""A diagonal (complex) linear time-invariant SSM, per channel h with M complex modes (S4D; Gu et al., 2022):
+
+    x_t = dA ⊙ x_{t-1} + dB u_t          x: [..., H, M] complex
+    y_t = 2 Re(C · x_t)                   (the modes stand for M conjugate pairs, a real state of 2M)
+
+Unrolled, y = K * u, a causal convolution with the kernel K_l = 2 Re(Σ_m C_m dB_m dA_m^l)  [T, H].
+Shapes: u: [B, T, H, *E] real (E: extra dims sharing channel h's SSM); dA, dB, C: [H, M] complex.
+`diag_ssm` (training) computes K and convolves by FFT; `diag_ssm_step` / `diag_ssm_loop` are the
+recurrence and its per-step reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mecheval.models.ops.fft_conv import fft_conv
+
+
+def diag_ssm_kernel(dA, dB, C, T: int) -> torch.Tensor:
+    """K_l = 2 Re(Σ_m C_m dB_m dA_m^l), l < T -> [T, H].
+
+    With l = I j + i (I ~ sqrt T): K = 2 Re((C dB dA^{I j}) @ dA^i), one real matmul over the modes
+    (real and imaginary parts stacked), never a [H, M, T] tensor. Powers are taken as
+    |dA|^l (cos lθ + i sin lθ) in float64 (l θ must stay accurate for l up to T; real transcendental
+    ops are also much faster than complex ones on CPU).
+    """
+    I = math.isqrt(T - 1) + 1 if T > 1 else 1
+    J = -(-T // I)
+    z, c = dA.to(torch.complex128), (C * dB).to(torch.complex128)  # [H, M]
+    log_mag, angle = torch.log(z.abs()), z.angle()
+
+    def powers(step: int, n: int):  # dA^(step k), k < n: real and imaginary parts [H, M, n]
+        ell = step * torch.arange(n, device=z.device, dtype=torch.float64)
+        mag, phase = torch.exp(log_mag[..., None] * ell), angle[..., None] * ell
+        return mag * torch.cos(phase), mag * torch.sin(phase)
+
+    inner_re, inner_im = powers(1, I)  # dA^i
+    outer_re, outer_im = powers(I, J)  # dA^{I j}
+    cr, ci = c.real[..., None], c.imag[..., None]
+    left = torch.cat([cr * outer_re - ci * outer_im, -(cr * outer_im + ci * outer_re)], dim=1)  # [H, 2M, J]
+    K = 2 * left.transpose(1, 2) @ torch.cat([inner_re, inner_im], dim=1)  # [H, J, I]
+    return K.reshape(K.shape[0], J * I)[:, :T].T.to(dA.real.dtype)
+
+
+def diag_ssm(u, dA, dB, C):
+    """The SSM over a whole sequence by FFT convolution with its kernel: u [B, T, H, *E] -> y like u."""
+    K = diag_ssm_kernel(dA, dB, C, u.shape[1])  # [T, H]
+    E = math.prod(u.shape[3:])  # channel h's kernel serves its E entries
+    return fft_conv(u.flatten(2), K.repeat_interleave(E, dim=1)).view_as(u)
+
+
+def _modes(p: torch.Tensor, extra: int) -> torch.Tensor:
+    """[H, M] -> [H, 1 (extra times), M], to broadcast against a state [B, H, *E, M]."""
+    return p.reshape(p.shape[0], *[1] * extra, p.shape[1])
+
+
+def diag_ssm_step(u_t, dA, dB, C, x):
+    """One step: u_t [B, H, *E] real, x [B, H, *E, M] complex -> (y_t [B, H, *E], new x)."""
+    e = u_t.dim() - 2
+    x = _modes(dA, e) * x + _modes(dB, e) * u_t[..., None]
+    return 2 * (_modes(C, e) * x).sum(-1).real, x
+
+
+def diag_ssm_init_state(u_shape_t, M: int, dtype, device=None) -> torch.Tensor:
+    """Zero state for inputs of per-step shape [B, H, *E]: [B, H, *E, M] complex."""
+    cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    return torch.zeros(*u_shape_t, M, dtype=cdtype, device=device)
+
+
+def diag_ssm_loop(u, dA, dB, C):
+    """Plain per-step loop (the reference): u [B, T, H, *E] -> y like u."""
+    x = diag_ssm_init_state(u[:, 0].shape, dA.shape[1], u.dtype, u.device)
+    ys = []
+    for t in range(u.shape[1]):
+        y, x = diag_ssm_step(u[:, t], dA, dB, C, x)
+        ys.append(y)
+    return torch.stack(ys, dim=1)

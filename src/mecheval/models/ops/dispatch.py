@@ -1,0 +1,77 @@
+"""Kernel selection: one function per op, called by the mixers; the choice never changes the math.
+
+`MECHEVAL_KERNELS` (or the `kernel_mode` context manager, which wins over it) picks the path:
+    auto       (default) CPU: the fused numba kernel; CUDA: `mamba_ssm`'s kernel when importable,
+               else the pure-PyTorch op. Inputs of another dtype (half, bfloat16, mixed) or on other
+               devices take the pure-PyTorch op: no dtype is ever forced.
+    reference  always the pure-PyTorch op (readable, what the tests compare against).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+
+from mecheval.models.ops import selective_scan as reference
+
+MODES = ("auto", "reference")
+ENV_VAR = "MECHEVAL_KERNELS"
+_override: ContextVar[str | None] = ContextVar("mecheval_kernel_mode", default=None)
+
+
+def _check(mode: str, source: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"{source}={mode!r}: expected one of {MODES}")
+    return mode
+
+
+def current_mode() -> str:
+    """The active mode: the innermost `kernel_mode`, else $MECHEVAL_KERNELS, else "auto"."""
+    mode = _override.get()
+    if mode is not None:
+        return mode
+    return _check(os.environ.get(ENV_VAR, "auto").strip().lower() or "auto", ENV_VAR)
+
+
+@contextmanager
+def kernel_mode(mode: str) -> Iterator[None]:
+    """Use `mode` ("auto" or "reference") for the ops called inside the block."""
+    token = _override.set(_check(mode, "kernel_mode"))
+    try:
+        yield
+    finally:
+        _override.reset(token)
+
+
+@functools.cache
+def _mamba_ssm_scan():
+    """`mamba_ssm.selective_scan_fn` or None when the package (or its CUDA build) is missing."""
+    try:
+        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    except ImportError:
+        return None
+    return selective_scan_fn
+
+
+def _fused_cpu_ok(*tensors: torch.Tensor) -> bool:
+    dtype = tensors[0].dtype
+    return dtype in (torch.float32, torch.float64) and all(t.device.type == "cpu" and t.dtype == dtype for t in tensors)
+
+
+def selective_scan(u, delta, A, Bm, Cm, D):
+    """Mamba's selective scan, same signature and result as `ops.selective_scan.selective_scan`:
+    u, delta [B, T, Di]; A [Di, N]; Bm, Cm [B, T, N]; D [Di] -> y [B, T, Di]."""
+    if current_mode() == "auto":
+        if _fused_cpu_ok(u, delta, A, Bm, Cm, D):
+            from mecheval.models.ops.selective_scan_fused import selective_scan_fused  # numba compiles lazily
+
+            return selective_scan_fused(u, delta, A, Bm, Cm, D)
+        if u.is_cuda and (fn := _mamba_ssm_scan()) is not None:  # layout [B, Di, T] / [B, N, T]
+            y = fn(u.mT, delta.mT, A, Bm.mT, Cm.mT, D)
+            return y.mT
+    return reference.selective_scan(u, delta, A, Bm, Cm, D)

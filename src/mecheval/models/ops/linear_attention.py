@@ -1,0 +1,42 @@
+"""Causal normalised linear attention on feature-mapped queries and keys:
+
+    y_t = sum_{s <= t} (q_t · k_s) v_s / (sum_{s <= t} q_t · k_s + eps)
+q, k: [B, H, T, P] (already through the feature map); v: [B, H, T, Dv]; y: [B, H, T, Dv].
+
+`causal_linear_attention` is the chunked form: within a chunk of c steps the masked c × c scores
+(quadratic), across chunks the running sums S = sum_s k_s v_s^T [P, Dv] and z = sum_s k_s [P] of all
+earlier chunks (an exclusive cumsum over chunks), so there is no loop over time.
+`causal_linear_attention_quadratic` is the T × T reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def causal_linear_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int = 64, eps: float = 1e-12
+) -> torch.Tensor:
+    """The chunked form (see module docstring): [B, H, T, P] x2, [B, H, T, Dv] -> [B, H, T, Dv]."""
+    B, H, T, P = q.shape
+    c = min(chunk_size, T)
+    n = -(-T // c)
+    pad = n * c - T  # zero queries/keys/values at the end: they add nothing to earlier steps
+    q, k, v = (F.pad(x, (0, 0, 0, pad)).view(B, H, n, c, x.shape[-1]) for x in (q, k, v))
+    scores = (q @ k.transpose(-1, -2)).tril()  # [B, H, n, c, c], s <= t within the chunk
+    kv = k.transpose(-1, -2) @ v  # [B, H, n, P, Dv], each chunk's sum of k_s v_s^T
+    S = torch.cat([torch.zeros_like(kv[:, :, :1]), kv.cumsum(2)[:, :, :-1]], dim=2)  # earlier chunks
+    kz = k.sum(-2)  # [B, H, n, P]
+    z = torch.cat([torch.zeros_like(kz[:, :, :1]), kz.cumsum(2)[:, :, :-1]], dim=2)
+    num = scores @ v + q @ S  # [B, H, n, c, Dv]
+    den = scores.sum(-1) + (q @ z.unsqueeze(-1)).squeeze(-1)  # [B, H, n, c]
+    return (num / (den.unsqueeze(-1) + eps)).reshape(B, H, n * c, -1)[:, :, :T]
+
+
+def causal_linear_attention_quadratic(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, eps: float = 1e-12
+) -> torch.Tensor:
+    """The reference: the masked T × T score matrix, normalised by its row sums. -> [B, H, T, Dv]."""
+    scores = (q @ k.transpose(-1, -2)).tril()
+    return (scores @ v) / (scores.sum(-1, keepdim=True) + eps)

@@ -1,0 +1,207 @@
+"""Fused CPU selective scan (numba): the math of `selective_scan_loop`, without the [B, T, Di, N] tensor.
+
+    h_t = exp(Δ_t ⊙ A) ⊙ h_{t-1} + (Δ_t ⊙ u_t) B_t          h: [B, Di, N]
+    y_t = C_t · h_t + D ⊙ u_t                                 y: [B, Di]
+
+Shapes: u, delta: [B, T, Di]; A: [Di, N]; Bm, Cm: [B, T, N]; D: [Di]; y: [B, T, Di].
+
+Forward: work items (batch, block of W = 16 adjacent channels) run in parallel, each update vectorised
+across the block's channels (contiguous in u, Δ, y), time in chunks of TC steps; only y is kept.
+Backward: work items (batch, group of channels); per channel the states h_0..h_T are recomputed into
+a [T, N] scratch (as the GPU kernel recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
+
+    g_t = gy_t C_t + exp(Δ_{t+1} A) ⊙ g_{t+1}
+    ∂C_t = Σ_d gy_t h_t      ∂B_t = Σ_d g_t Δ_t u_t      ∂D = Σ_{b,t} gy_t u_t
+    ∂u_t = Δ_t (g_t · B_t) + D gy_t
+    ∂Δ_t = u_t (g_t · B_t) + Σ_n g_t ⊙ h_{t-1} ⊙ exp(Δ_t A) ⊙ A
+    ∂A   = Σ_{b,t} g_t ⊙ h_{t-1} ⊙ exp(Δ_t A) Δ_t
+
+Sums over channel groups (∂B, ∂C) and over batch (∂A, ∂D) go to per-item partials reduced with torch
+afterwards, so items never write to the same memory. CPU, float32 or float64; IEEE arithmetic
+(no fastmath); exp is computed in vectorised passes (`_exp_into`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+from numba import njit, prange, types
+from numba.extending import overload
+
+
+def _exp_into(z, out, kbuf):
+    """out[:] = exp(z) for 1-d arrays; kbuf: int32 scratch of the same length."""
+
+
+@overload(_exp_into, jit_options={"fastmath": False})
+def _exp_into_overload(z, out, kbuf):
+    """float32: Cephes' expf (2^k · e^r, |r| ≤ ln2/2, ≤ 1 ulp in [-87, 88], clamped outside) written so
+    LLVM vectorises it, since numba calls scalar libm exp otherwise; float64: libm exp."""
+    if out.dtype != types.float32:
+
+        def exp_libm(z, out, kbuf):
+            for i in range(z.shape[0]):
+                out[i] = math.exp(z[i])
+
+        return exp_libm
+
+    def exp_f32(z, out, kbuf):
+        scale = kbuf.view(np.float32)  # holds the bits of 2^k
+        for i in range(z.shape[0]):
+            x = min(max(z[i], np.float32(-87.0)), np.float32(88.0))
+            k = np.floor(x * np.float32(1.44269504) + np.float32(0.5))
+            r = x - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
+            p = np.float32(1.9875691500e-4)
+            p = p * r + np.float32(1.3981999507e-3)
+            p = p * r + np.float32(8.3334519073e-3)
+            p = p * r + np.float32(4.1665795894e-2)
+            p = p * r + np.float32(1.6666665459e-1)
+            p = p * r + np.float32(5.0000001201e-1)
+            out[i] = p * r * r + r + np.float32(1.0)
+            kbuf[i] = (np.int32(k) + np.int32(127)) << np.int32(23)
+        for i in range(z.shape[0]):
+            out[i] *= scale[i]
+
+    return exp_f32
+
+
+W = 16  # channels per forward work item: two AVX2 vectors of float32
+TC = 32  # time steps per forward chunk (keeps the forward's scratch small)
+
+
+@njit(cache=True, fastmath=False)
+def _decay_block(delta, At, b, d0, Wb, t0, tc, z, out, kbuf):  # pragma: no cover - compiled
+    """out[s, n, w] = exp(Δ[b, t0 + s, d0 + w] A[d0 + w, n]) for s < tc, w < Wb (At = A^T: [N, Di]).
+    z, out: [>= tc, N, W] scratch (lanes w >= Wb are left meaningless); kbuf: int32 [z.size]."""
+    N = z.shape[1]
+    for s in range(tc):
+        dt = delta[b, t0 + s]
+        for n in range(N):
+            an, zn = At[n], z[s, n]
+            for w in range(Wb):
+                zn[w] = dt[d0 + w] * an[d0 + w]
+    m = tc * N * z.shape[2]
+    _exp_into(z.reshape(z.size)[:m], out.reshape(out.size)[:m], kbuf[:m])
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _scan_fwd(u, delta, At, Bm, Cm, D, y):  # pragma: no cover - compiled
+    Bsz, T, Di = u.shape
+    N = At.shape[0]
+    nblk = (Di + W - 1) // W
+    for i in prange(Bsz * nblk):
+        b, d0 = i // nblk, (i % nblk) * W
+        Wb = min(W, Di - d0)
+        z, dA, kbuf = np.zeros((TC, N, W), At.dtype), np.empty((TC, N, W), At.dtype), np.empty(TC * N * W, np.int32)
+        h, dtx = np.zeros((N, W), At.dtype), np.empty(W, At.dtype)
+        for t0 in range(0, T, TC):
+            tc = min(TC, T - t0)
+            _decay_block(delta, At, b, d0, Wb, t0, tc, z, dA, kbuf)
+            for s in range(tc):
+                x, dt, acc = u[b, t0 + s, d0 : d0 + Wb], delta[b, t0 + s, d0 : d0 + Wb], y[b, t0 + s, d0 : d0 + Wb]
+                for w in range(Wb):
+                    dtx[w] = dt[w] * x[w]
+                    acc[w] = D[d0 + w] * x[w]
+                for n in range(N):
+                    bn, cn, hn, an = Bm[b, t0 + s, n], Cm[b, t0 + s, n], h[n], dA[s, n]
+                    for w in range(Wb):
+                        hn[w] = an[w] * hn[w] + dtx[w] * bn
+                        acc[w] += hn[w] * cn
+
+
+@njit(cache=True, fastmath=False)
+def _decay_channel(delta, A, b, d, z, out, kbuf):  # pragma: no cover - compiled
+    """out[t, n] = exp(Δ[b, t, d] A[d, n]) for all t, in one vectorised pass. z, out: [T, N] scratch."""
+    T, N = out.shape
+    for t in range(T):
+        for n in range(N):
+            z[t, n] = delta[b, t, d] * A[d, n]
+    _exp_into(z.reshape(T * N), out.reshape(T * N), kbuf)
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _scan_bwd(u, delta, A, Bm, Cm, D, gy, du, ddelta, dA_part, dB_part, dC_part, dD_part):  # pragma: no cover
+    """dA_part, dD_part: [B, Di, N], [B, Di]; dB_part, dC_part: [B, G, T, N] for G channel groups.
+    Each pass below is a short loop over n on few arrays, so that LLVM vectorises it."""
+    Bsz, T, Di = u.shape
+    N = A.shape[1]
+    G = dB_part.shape[1]
+    per = (Di + G - 1) // G
+    zero = A.dtype.type(0)
+    for i in prange(Bsz * G):
+        b, grp = i // G, i % G
+        Bb, Cb, dB, dC = Bm[b], Cm[b], dB_part[b, grp], dC_part[b, grp]  # [T, N] each
+        z, kbuf = np.empty((T, N), A.dtype), np.empty(T * N, np.int32)
+        dA = np.zeros((T + 1, N), A.dtype)  # dA[t] = exp(Δ_t A); dA[T] = 0 (no step after the last)
+        hs = np.zeros((T + 1, N), A.dtype)  # hs[t + 1] = h_t, hs[0] = 0
+        g = np.zeros((T + 1, N), A.dtype)  # g[t] = ∂L/∂h_t, g[T] = 0
+        for d in range(grp * per, min(Di, (grp + 1) * per)):
+            _decay_channel(delta, A, b, d, z, dA[:T], kbuf)
+            for t in range(T):
+                dtx = delta[b, t, d] * u[b, t, d]
+                for n in range(N):
+                    hs[t + 1, n] = dA[t, n] * hs[t, n] + dtx * Bb[t, n]
+            for t in range(T - 1, -1, -1):
+                gyt = gy[b, t, d]
+                for n in range(N):
+                    g[t, n] = gyt * Cb[t, n] + dA[t + 1, n] * g[t + 1, n]
+            dAd, dDd = dA_part[b, d], zero
+            for t in range(T):
+                dt, x, gyt = delta[b, t, d], u[b, t, d], gy[b, t, d]
+                for n in range(N):
+                    dC[t, n] += gyt * hs[t + 1, n]
+                    dB[t, n] += g[t, n] * (dt * x)
+                for n in range(N):
+                    z[t, n] = g[t, n] * hs[t, n] * dA[t, n]  # ∂L/∂(Δ_t A) per state
+                    dAd[n] += z[t, n] * dt
+                gB, gA = zero, zero  # g_t · B_t,  Σ_n ∂L/∂(Δ_t A_n) A_n
+                for n in range(N):
+                    gB += g[t, n] * Bb[t, n]
+                    gA += z[t, n] * A[d, n]
+                du[b, t, d] = dt * gB + D[d] * gyt
+                ddelta[b, t, d] = x * gB + gA
+                dDd += gyt * x
+            dD_part[b, d] = dDd
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+def _use_torch_threads() -> None:
+    """Run numba on as many threads as torch was told to use (e.g. 1 per worker in a sweep)."""
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+
+
+class SelectiveScanFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u, delta, A, Bm, Cm, D):
+        _use_torch_threads()
+        y = u.new_empty(u.shape)
+        _scan_fwd(_numpy(u), _numpy(delta), _numpy(A.mT), _numpy(Bm), _numpy(Cm), _numpy(D), y.numpy())
+        ctx.save_for_backward(u, delta, A, Bm, Cm, D)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        u, delta, A, Bm, Cm, D = ctx.saved_tensors
+        _use_torch_threads()
+        (Bsz, T, Di), N = u.shape, A.shape[1]
+        groups = min(Di, -(-numba.get_num_threads() // Bsz))  # >= 1 work item per thread
+        du, ddelta = torch.empty_like(u), torch.empty_like(delta)
+        dA_part, dD_part = u.new_zeros(Bsz, Di, N), u.new_empty(Bsz, Di)
+        dB_part, dC_part = u.new_zeros(Bsz, groups, T, N), u.new_zeros(Bsz, groups, T, N)
+        _scan_bwd(
+            _numpy(u), _numpy(delta), _numpy(A), _numpy(Bm), _numpy(Cm), _numpy(D), _numpy(gy),
+            du.numpy(), ddelta.numpy(), dA_part.numpy(), dB_part.numpy(), dC_part.numpy(), dD_part.numpy(),
+        )
+        return du, ddelta, dA_part.sum(0), dB_part.sum(1), dC_part.sum(1), dD_part.sum(0)
+
+
+def selective_scan_fused(u, delta, A, Bm, Cm, D):
+    """Fused CPU selective scan with a recomputing backward. Same signature and result as
+    `selective_scan_loop`; all inputs on CPU in one dtype (float32 or float64). -> y [B, T, Di]."""
+    return SelectiveScanFn.apply(u, delta, A, Bm, Cm, D)

@@ -1,0 +1,64 @@
+"""Published figures of the study we reproduce (Arora et al., 2025, arXiv 2505.15105), for comparison.
+
+Source: ../shared/reference/paper_setup.md ("Published results"), read from the study's plots
+(final step, best learning rate, 320 test examples; about ±0.005). `None` = not reported.
+"""
+
+from __future__ import annotations
+
+WIDTHS = (16, 32, 64, 128, 256)
+
+# AR accuracy, 2 layers, by architecture and width.
+AR_ACCURACY: dict[str, dict[int, float]] = {
+    "attention": dict(zip(WIDTHS, (0.07, 1.0, 1.0, 1.0, 1.0))),
+    "based": dict(zip(WIDTHS, (0.24, 0.93, 0.99, 0.99, 0.99))),
+    "mamba": dict(zip(WIDTHS, (0.10, 0.77, 0.81, 0.90, 0.91))),
+    "hyena": dict(zip(WIDTHS, (0.01, 0.01, 0.03, 0.14, 0.30))),
+    "baseconv": dict(zip(WIDTHS, (0.00, 0.01, 0.04, 0.07, 0.10))),
+    "h3": dict(zip(WIDTHS, (0.01, 0.01, 0.02, 0.03, 0.02))),
+}
+
+# Mamba AR accuracy by d_conv (0 = removed); upper bounds where the study reports "≤".
+MAMBA_AR_BY_CONV: dict[int, dict[int, float]] = {
+    0: dict.fromkeys(WIDTHS, 0.06),
+    1: dict.fromkeys(WIDTHS, 0.03),
+    2: dict(zip(WIDTHS, (0.04, 0.19, 0.91, 0.39, 0.94))),
+    3: dict(zip(WIDTHS, (0.12, 0.71, 0.91, 0.94, 0.92))),
+    4: AR_ACCURACY["mamba"],
+}
+
+# Based AR accuracy by the layer-0 convolution.
+BASED_AR_BY_CONV: dict[int | str, dict[int, float]] = {
+    1: dict.fromkeys(WIDTHS, 0.06),
+    2: dict(zip(WIDTHS, (0.19, 0.95, 0.99, 0.99, 0.98))),
+    3: AR_ACCURACY["based"],
+    4: dict(zip(WIDTHS, (0.28, 0.86, 0.97, 0.98, 0.98))),
+    "long": dict.fromkeys(WIDTHS, 0.09),
+}
+
+# ATR (easy grammar) accuracy at the smallest and largest width (d=16 -> d=256).
+ATR_EASY_RANGE: dict[str, tuple[float, float]] = {
+    "attention": (0.68, 0.96),
+    "mamba": (0.91, 0.96),
+    "based": (0.82, 0.92),
+    "h3": (0.82, 0.94),
+    "hyena": (0.76, 0.94),
+    "baseconv": (0.68, 0.90),
+}
+
+# Mechanism (corrupt key, residual entering layer 1) as published.
+AR_VERDICT: dict[str, str] = {
+    "attention": "induction",
+    "based": "induction",
+    "mamba": "direct retrieval",
+    "hyena": "direct retrieval",
+    "deltanet": "direct retrieval",
+}
+ATR_VERDICT: dict[str, str] = {
+    "attention": "induction",
+    "based": "induction",
+    "mamba": "direct retrieval",
+    "h3": "direct retrieval",
+    "hyena": "direct retrieval",
+    "mamba (d_conv 0)": "induction",
+}

@@ -1,0 +1,133 @@
+"""Atomic files and training checkpoints: safetensors tensors plus JSON metadata, never pickle.
+
+A checkpoint is one file, so one `os.replace` makes it visible whole: a run killed at any moment
+leaves either the previous checkpoint or the new one. Tensors:
+    model.<name>            the model's state_dict
+    optim.<i>.<key>         AdamW state of parameter i (step, exp_avg, exp_avg_sq)
+    rng.cpu, rng.cuda.<k>   torch generator states (uint8)
+    accum.<name>            running sums of the metrics not yet logged
+and metadata {"format": FORMAT, "state": JSON (step, fingerprint, data stream, wall time)}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+FORMAT = "mecheval-checkpoint/1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint or weights file that is unreadable, or does not match the run's config."""
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Writes to a temporary file beside `path`, flushes it to disk, then renames it over `path`."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, metadata) of a safetensors file; CheckpointError if missing or corrupt."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+        return load_file(str(path)), metadata
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file not found") from None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
+    """Copies `tensors` into `model`, with an error listing missing/unexpected/mis-shaped entries."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    shapes = [f"{k}: file {tuple(tensors[k].shape)} vs model {tuple(own[k].shape)}"
+              for k in sorted(set(own) & set(tensors)) if tensors[k].shape != own[k].shape]
+    if missing or unexpected or shapes:
+        raise CheckpointError(
+            f"{source}: weights do not match the model built from the config"
+            + (f"\n  missing: {missing}" if missing else "")
+            + (f"\n  unexpected: {unexpected}" if unexpected else "")
+            + (f"\n  shape mismatch: {shapes}" if shapes else "")
+        )
+    model.load_state_dict(tensors)
+
+
+def save_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    accum: dict[str, torch.Tensor],
+    state: dict,
+) -> None:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for i, s in optimizer.state_dict()["state"].items():
+        tensors.update({f"optim.{i}.{k}": v for k, v in s.items()})
+    tensors["rng.cpu"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        tensors.update({f"rng.cuda.{k}": s for k, s in enumerate(torch.cuda.get_rng_state_all())})
+    tensors.update({f"accum.{k}": v for k, v in accum.items()})
+    atomic_save_tensors(path, tensors, {"format": FORMAT, "state": json.dumps(state)})
+
+
+def load_checkpoint(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, fingerprint: str
+) -> tuple[dict[str, torch.Tensor], dict]:
+    """Restores model, optimizer and RNG in place; returns (accum, state). Checks the config fingerprint."""
+    tensors, metadata = read_tensors(path)
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a mecheval checkpoint (format {metadata.get('format')!r})")
+    state = json.loads(metadata["state"])
+    if state.get("fingerprint") != fingerprint:
+        raise CheckpointError(
+            f"{path}: checkpoint was written for a different config "
+            f"(fingerprint {state.get('fingerprint')} != {fingerprint})"
+        )
+    groups = _by_prefix(tensors)
+    load_weights(model, groups.get("model", {}), path)
+    optim_state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in groups.get("optim", {}).items():
+        i, name = key.split(".", 1)
+        optim_state.setdefault(int(i), {})[name] = value
+    sd = optimizer.state_dict()
+    try:
+        optimizer.load_state_dict({"state": optim_state, "param_groups": sd["param_groups"]})
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise CheckpointError(f"{path}: optimizer state does not match the model ({e})") from None
+    torch.set_rng_state(groups["rng"]["cpu"])
+    cuda = [groups["rng"][k] for k in sorted(groups["rng"]) if k.startswith("cuda.")]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    return groups.get("accum", {}), state
+
+
+def _by_prefix(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        prefix, rest = key.split(".", 1)
+        out.setdefault(prefix, {})[rest] = value
+    return out

@@ -1,0 +1,193 @@
+"""`TrainConfig`: one validated description of a training run (task, model, optimiser, schedule, data).
+
+A config comes from YAML plus `--set a.b=value` overrides (each value parsed as YAML), and every
+error names the offending field, e.g. `optim.lr: Input should be greater than 0`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mecheval.models.config import ModelConfig
+
+
+class ConfigError(ValueError):
+    """A config that cannot be read or validated; the message names the field(s) at fault."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskConfig(_Strict):
+    """A task by name and its parameters: `make_task(name, **params)`."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class OptimConfig(_Strict):
+    """AdamW with linear warmup over `warmup` of the steps, then cosine decay to 0 (as published)."""
+
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    warmup: float = Field(0.1, ge=0, le=1)
+    schedule: Literal["cosine", "constant"] = "cosine"
+
+
+class EvalConfig(_Strict):
+    """Accuracy on `size` examples of each split every `every` steps (and at the last step).
+
+    The examples are sampled from each split by the task (not from the `train_size` pool) and fixed
+    by `seed` alone, so every run of a sweep is scored on the same ones.
+    """
+
+    every: int = Field(100, gt=0)
+    size: int = Field(320, gt=0)
+    splits: list[str] = Field(default_factory=lambda: ["train", "test"], min_length=1)
+    seed: int = Field(1234, ge=0)
+    batch_size: int = Field(512, gt=0)
+
+
+class Resources(_Strict):
+    """What one run asks for: Ray task resources, and the torch threads of a Ray task or of
+    `mecheval train` (int(num_cpus)); local sweep workers use one thread each."""
+
+    num_cpus: float = Field(1, gt=0)
+    num_gpus: float = Field(0, ge=0)
+
+
+class LoggerConfig(_Strict):
+    """Optional experiment loggers (each imported only when enabled)."""
+
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "mecheval"
+
+
+class TrainConfig(_Strict):
+    """Everything that determines a training run. `model.vocab_size` defaults to the task's."""
+
+    task: TaskConfig
+    model: ModelConfig
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    steps: int = Field(gt=0)
+    batch_size: int = Field(32, gt=0)
+    train_size: int | None = Field(None, gt=0, description="a fixed pool of training examples; None: fresh each step")
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    log_every: int = Field(10, gt=0)
+    checkpoint_every: int = Field(500, gt=0)
+    seed: int = Field(0, ge=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    bf16: bool = Field(False, description="bf16 autocast; only on CUDA (ignored on CPU)")
+    resources: Resources = Field(default_factory=Resources)
+    loggers: LoggerConfig = Field(default_factory=LoggerConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_vocab(cls, data: Any) -> Any:
+        """The model's vocabulary defaults to the task's, and may not be smaller."""
+        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+            return data
+        task = data.get("task")
+        if not isinstance(task, dict) or "name" not in task:
+            return data
+        vocab = task_vocab_size(task["name"], json.dumps(task.get("params", {}), sort_keys=True))
+        model = dict(data["model"])
+        model.setdefault("vocab_size", vocab)
+        if isinstance(model["vocab_size"], int) and model["vocab_size"] < vocab:
+            raise ValueError(f"model.vocab_size={model['vocab_size']} < the task's vocab_size={vocab}")
+        return {**data, "model": model}
+
+    def fingerprint(self) -> str:
+        """A hash of the fields that change the weights or metrics (not device, checkpoints, resources, loggers)."""
+        d = self.model_dump(mode="json", exclude={"device", "checkpoint_every", "resources", "loggers"})
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def task_vocab_size(name: str, params_json: str) -> int:
+    from mecheval.tasks import make_task
+
+    try:
+        return make_task(name, **json.loads(params_json)).vocab_size
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"task: cannot build {name!r} with params {params_json}: {e}") from None
+
+
+def format_validation_error(e: ValidationError) -> str:
+    """One line per error: `field.path: message`."""
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(config)"
+        lines.append(f"{loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def set_dotted(data: dict, key: str, value: Any) -> None:
+    """data[a][b] = value for key "a.b", creating dicts on the way; an error where a non-dict is in the way."""
+    parts = key.split(".")
+    if not all(parts):
+        raise ConfigError(f"bad key {key!r}")
+    node = data
+    for i, p in enumerate(parts[:-1]):
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {key!r}: {'.'.join(parts[: i + 1])} is {child!r}, not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`"a.b=value"` -> ("a.b", yaml-parsed value)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} is not of the form key=value")
+    try:
+        return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {e}") from None
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def validate_config(data: dict, overrides: dict[str, Any] | None = None, source: str = "config") -> TrainConfig:
+    """A TrainConfig from a raw dict plus dotted overrides; a ConfigError naming the fields otherwise."""
+    data = json.loads(json.dumps(data))  # a deep copy of plain data
+    for key, value in (overrides or {}).items():
+        set_dotted(data, key, value)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: invalid config\n{format_validation_error(e)}") from None
+
+
+def load_config(path: str | Path | None, sets: list[str] = ()) -> TrainConfig:
+    """`mecheval train [CONFIG.yaml] --set a.b=v …`: the file (if any), then each override in order."""
+    data = read_yaml(path) if path is not None else {}
+    return validate_config(data, dict(parse_override(s) for s in sets), source=str(path or "--set"))
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    """The full resolved config as YAML (reloads to an equal TrainConfig)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

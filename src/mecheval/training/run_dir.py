@@ -1,0 +1,107 @@
+"""A run directory and its files; `load_run(RUN_DIR) -> (lm, task, config)`.
+
+    config.yaml              the full resolved TrainConfig
+    metrics.jsonl            one JSON object per logged step (loss, lr, accuracy, eval per split, time)
+    checkpoint.safetensors   training state while the run is unfinished (removed once it finishes)
+    model.safetensors        final weights
+    summary.json             final accuracy per split, steps, wall time, tokens/s, versions (last file)
+    worker.json              pid and host of the process training the run (informational)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import yaml
+
+from mecheval.training.checkpoint import CheckpointError, atomic_write_text, load_weights, read_tensors
+from mecheval.training.config import ConfigError, TrainConfig, validate_config
+
+CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
+    "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
+)
+
+
+class RunDir:
+    """Paths and small readers/writers of one run directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def finished(self) -> bool:
+        return (self.path / SUMMARY).exists()
+
+    @property
+    def started(self) -> bool:
+        return (self.path / CONFIG).exists()
+
+    def read_config(self) -> TrainConfig:
+        path = self.path / CONFIG
+        if not path.exists():
+            raise FileNotFoundError(f"{self.path}: not a run directory (no {CONFIG})")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        return validate_config(data if isinstance(data, dict) else {}, source=str(path))
+
+    def write_config(self, cfg: TrainConfig) -> None:
+        atomic_write_text(self.path / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+    def read_summary(self) -> dict:
+        return json.loads((self.path / SUMMARY).read_text())
+
+    def write_summary(self, summary: dict) -> None:
+        atomic_write_text(self.path / SUMMARY, json.dumps(summary, indent=2) + "\n")
+
+    def read_metrics(self, max_step: int | None = None) -> list[dict]:
+        """The logged records (up to `max_step`); a torn last line (a kill mid-write) is dropped."""
+        path = self.path / METRICS
+        if not path.exists():
+            return []
+        records = []
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if max_step is None or rec["step"] <= max_step:
+                records.append(rec)
+        return records
+
+    def truncate_metrics(self, max_step: int) -> None:
+        """Keeps the records up to `max_step` (those a resumed run would otherwise repeat go)."""
+        records = self.read_metrics(max_step)
+        atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
+    """(lm, task, config) of a finished run, the model in eval mode on `device`.
+
+    Raises FileNotFoundError for a missing directory or weights, ConfigError for an invalid config,
+    and CheckpointError for weights that are corrupt or do not match the config.
+    """
+    from mecheval.models import build_model
+    from mecheval.tasks import make_task
+
+    run = RunDir(run_dir)
+    if not run.path.is_dir():
+        raise FileNotFoundError(f"{run.path}: no such run directory")
+    cfg = run.read_config()
+    weights = run / MODEL
+    if not weights.exists():
+        hint = " (the run is unfinished: resume it with `mecheval train --resume`)" if (run / CHECKPOINT).exists() else ""
+        raise FileNotFoundError(f"{weights}: no final weights{hint}")
+    task = make_task(cfg.task.name, **cfg.task.params)
+    lm = build_model(cfg.model)
+    tensors, metadata = read_tensors(weights)
+    if metadata.get("fingerprint") != cfg.fingerprint():
+        raise CheckpointError(f"{weights}: written by a run with a different config than {run / CONFIG}")
+    load_weights(lm, tensors, weights)
+    return lm.to(device).eval(), task, cfg

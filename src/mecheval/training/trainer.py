@@ -1,0 +1,228 @@
+"""`train(config, run_dir)`: one training run, as published, reproducible and resumable.
+
+AdamW (weight decay from the config, 0 as published), warmup then cosine, cross-entropy on the answer
+token(s) only, the head computed only at `answer_pos`. Batch of step s depends only on (config, s);
+the lr only on s; the checkpoint restores weights, AdamW moments, RNG and the running metric sums,
+so a resumed run ends bitwise identical to an uninterrupted one (on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+import mecheval
+from mecheval.models import LM, build_model
+from mecheval.tasks import Batch, make_task
+from mecheval.training.checkpoint import atomic_save_tensors, atomic_write_text, load_checkpoint, save_checkpoint
+from mecheval.training.config import ConfigError, TrainConfig
+from mecheval.training.data import TrainStream, derive_seed, eval_sets
+from mecheval.training.loggers import open_loggers
+from mecheval.training.run_dir import CHECKPOINT, METRICS, MODEL, WORKER, RunDir
+from mecheval.training.schedule import lr_at
+
+
+class RunExistsError(FileExistsError):
+    """The run directory already holds a run (pass resume=True / --resume to continue it)."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def answer_logits(lm: LM, batch: Batch, amp: bool) -> torch.Tensor:
+    """Logits at the answer positions only: [B, V] (or [B, Q, V]), in float32."""
+    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+    with ctx:
+        logits = lm(batch.tokens, positions=batch.answer_pos)
+    return logits.float()
+
+
+@torch.no_grad()
+def evaluate(lm: LM, batch: Batch, chunk: int, amp: bool) -> dict[str, float]:
+    """Accuracy (argmax at answer_pos) and mean answer cross-entropy over `batch`."""
+    lm.eval()
+    loss, correct = torch.zeros((), device=batch.tokens.device), torch.zeros((), dtype=torch.long, device=batch.tokens.device)
+    for start in range(0, len(batch), chunk):
+        part = batch.select(slice(start, start + chunk))
+        logits = answer_logits(lm, part, amp)
+        loss += F.cross_entropy(logits.flatten(0, -2), part.answer.flatten(), reduction="sum")
+        correct += (logits.argmax(-1) == part.answer).sum()
+    lm.train()
+    n = batch.answer.numel()
+    return {"acc": correct.item() / n, "loss": loss.item() / n}
+
+
+def versions() -> dict[str, str]:
+    return {"mecheval": mecheval.__version__, "torch": torch.__version__, "python": platform.python_version()}
+
+
+def _check_same_run(run: RunDir, cfg: TrainConfig) -> None:
+    old = run.read_config()
+    if old.fingerprint() == cfg.fingerprint():
+        return
+    a, b = _flat(old.model_dump(mode="json")), _flat(cfg.model_dump(mode="json"))
+    diff = [f"{k}: run has {a.get(k)!r}, given {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    raise ConfigError(f"{run.path} holds a run with a different config:\n  " + "\n  ".join(diff))
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bool = False) -> dict:
+    """Trains (or resumes) the run in `run_dir` and returns its summary.
+
+    A finished run (summary.json present) is not retrained: with resume its summary is returned.
+    """
+    run = RunDir(run_dir)
+    resolve_device(cfg.device)  # fail before anything is written
+    if run.started:
+        if not resume:
+            raise RunExistsError(f"{run.path} already holds a run; resume it (--resume) or choose another --out")
+        _check_same_run(run, cfg)
+        if run.finished:
+            (run / CHECKPOINT).unlink(missing_ok=True)
+            return run.read_summary()
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.write_config(cfg)
+    atomic_write_text(run / WORKER, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
+    return Trainer(cfg, run, quiet).fit()
+
+
+class Trainer:
+    """The state of one run in memory; `fit()` trains from the latest checkpoint to `cfg.steps`."""
+
+    def __init__(self, cfg: TrainConfig, run: RunDir, quiet: bool) -> None:
+        self.cfg, self.run, self.quiet = cfg, run, quiet
+        self.device = resolve_device(cfg.device)
+        self.amp = cfg.bf16 and self.device.type == "cuda"
+        self.task = make_task(cfg.task.name, **cfg.task.params)
+        torch.manual_seed(derive_seed(cfg.seed, "init"))
+        self.lm = build_model(cfg.model).to(self.device)
+        o = cfg.optim
+        self.opt = torch.optim.AdamW(self.lm.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        self.stream = TrainStream(self.task, cfg.batch_size, cfg.seed, cfg.train_size)
+        self.evals = {k: v.to(self.device) for k, v in eval_sets(self.task, cfg.eval.splits, cfg.eval.size, cfg.eval.seed).items()}
+        self.step, self.wall_s, self.tokens = 0, 0.0, 0
+        self.accum = self._zero_accum()
+        for stale in run.path.glob(".*.tmp-*"):  # a write cut short by a kill
+            stale.unlink()
+        if (run / CHECKPOINT).exists():
+            accum, state = load_checkpoint(run / CHECKPOINT, self.lm, self.opt, cfg.fingerprint())
+            self.accum = {k: v.to(self.device) for k, v in accum.items()}
+            self.step, self.wall_s, self.tokens = state["step"], state["wall_s"], state["tokens"]
+        run.truncate_metrics(self.step)
+
+    def _zero_accum(self) -> dict[str, torch.Tensor]:
+        """Running sums since the last log: answer loss (per step), correct answers, answers, steps."""
+        z = lambda dtype: torch.zeros((), dtype=dtype, device=self.device)  # noqa: E731
+        return {"loss": z(torch.float32), "correct": z(torch.long), "count": z(torch.long), "steps": z(torch.long)}
+
+    def train_step(self, batch: Batch) -> None:
+        lr = lr_at(self.step, self.cfg.steps, self.cfg.optim)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        logits = answer_logits(self.lm, batch, self.amp)
+        loss = F.cross_entropy(logits.flatten(0, -2), batch.answer.flatten())
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.step += 1
+        a = self.accum
+        a["loss"] += loss.detach()
+        a["correct"] += (logits.detach().argmax(-1) == batch.answer).sum()
+        a["count"] += batch.answer.numel()
+        a["steps"] += 1
+
+    def due(self, every: int) -> bool:
+        return self.step % every == 0 or self.step == self.cfg.steps
+
+    def record(self, tokens_per_s: float) -> dict:
+        """The metrics line of the current step (with evaluation when the eval cadence says so)."""
+        a = self.accum
+        rec = {
+            "step": self.step,
+            "lr": lr_at(self.step - 1, self.cfg.steps, self.cfg.optim),
+            "loss": (a["loss"] / a["steps"]).item(),
+            "acc": (a["correct"] / a["count"]).item(),
+            "tokens": self.tokens,
+        }
+        if self.due(self.cfg.eval.every):
+            rec["eval"] = {split: evaluate(self.lm, b, self.cfg.eval.batch_size, self.amp) for split, b in self.evals.items()}
+        rec["time"] = {"wall_s": self.wall_s, "tokens_per_s": tokens_per_s}
+        self.accum = self._zero_accum()
+        return rec
+
+    def checkpoint(self) -> None:
+        state = {"step": self.step, "wall_s": self.wall_s, "tokens": self.tokens, "fingerprint": self.cfg.fingerprint(),
+                 "data": self.stream.state()}
+        save_checkpoint(self.run / CHECKPOINT, self.lm, self.opt, self.accum, state)
+
+    def fit(self) -> dict:
+        cfg = self.cfg
+        loggers = open_loggers(cfg.model_dump(mode="json"), self.run.path)
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=self.run.path.name, disable=self.quiet, dynamic_ncols=True)
+        t_start, tokens_start = time.perf_counter(), self.tokens
+        wall_start = self.wall_s
+        try:
+            with open(self.run / METRICS, "a") as metrics:
+                while self.step < cfg.steps:
+                    batch = self.stream.batch(self.step)
+                    self.tokens += int(batch.lengths.sum())
+                    self.train_step(batch.to(self.device))
+                    self.wall_s = wall_start + time.perf_counter() - t_start
+                    bar.update(1)
+                    if self.due(cfg.log_every) or self.due(cfg.eval.every):
+                        rec = self.record((self.tokens - tokens_start) / max(self.wall_s - wall_start, 1e-9))
+                        metrics.write(json.dumps(rec) + "\n")
+                        metrics.flush()
+                        for logger in loggers:
+                            logger.log(rec)
+                        bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{rec['acc']:.3f}", tok_s=f"{rec['time']['tokens_per_s']:.0f}")
+                    if self.due(cfg.checkpoint_every):
+                        self.checkpoint()
+        finally:
+            bar.close()
+            for logger in loggers:
+                logger.close()
+        return self.finish()
+
+    def finish(self) -> dict:
+        """Writes the final weights and summary.json (the mark of a finished run), drops the checkpoint."""
+        last = self.run.read_metrics()[-1]
+        atomic_save_tensors(self.run / MODEL, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint()})
+        summary = {
+            "steps": self.step,
+            "final": last["eval"],
+            "train_loss": last["loss"],
+            "train_acc": last["acc"],
+            "tokens": self.tokens,
+            "wall_time_s": self.wall_s,
+            "steps_per_s": self.step / max(self.wall_s, 1e-9),
+            "tokens_per_s": self.tokens / max(self.wall_s, 1e-9),
+            "n_params": self.lm.num_params(),
+            "device": str(self.device),
+            "amp": "bf16" if self.amp else None,
+            "fingerprint": self.cfg.fingerprint(),
+            "versions": versions(),
+        }
+        self.run.write_summary(summary)
+        (self.run / CHECKPOINT).unlink(missing_ok=True)
+        return summary

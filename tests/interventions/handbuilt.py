@@ -1,0 +1,68 @@
+"""Attention LMs whose weights implement AR retrieval by hand (RMSNorm, no MLP, one head).
+
+Residual stream layout (d = 2V + T): [tok: V | prev: V | pos: T], every block one-hot.
+    layer 0, previous-token head: at t attends to t-1 (query = pos(t-1), key = pos(s)) and writes
+             the token it finds into `prev`;
+    layer 1, match-and-copy head: at t attends to the position s whose `prev` equals tok(t) (for the
+             query key: the value after that key in context) and writes that token into `tok`, with
+             weight COPY, so the tied head predicts it.
+`induction_lm` is these two layers. `query_retrieval_lm` adds an inert third layer: the answer is
+already at the query position when entering the last layer (direct retrieval by the readout).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mecheval.models.lm import LM, build_model
+
+SCORE = 30.0  # the attention logit of a match (a non-match scores 0)
+COPY = 3.0  # weight of the copied token relative to the current token
+HEAD_GAIN = 3.0  # final RMSNorm gain: sharpens the output distribution
+
+
+def _build(vocab: int, seq_len: int, n_layers: int) -> LM:
+    d = 2 * vocab + seq_len
+    lm = build_model(
+        dict(vocab_size=vocab, d_model=d, n_layers=n_layers, mixer="attention", mlp=False,
+             norm="rmsnorm", pos_emb="learned", max_len=seq_len)
+    )
+    tok, prev, pos = slice(0, vocab), slice(vocab, 2 * vocab), slice(2 * vocab, d)
+    eye_v, eye_t = torch.eye(vocab), torch.eye(seq_len)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.zero_()
+        lm.embed.weight[:, tok] = eye_v
+        lm.pos.weight[:, pos] = eye_t
+        for block in lm.layers:
+            block.norm1.weight.fill_(1.0)
+        lm.norm_f.weight.fill_(HEAD_GAIN)
+
+        # Layer 0 input has norm^2 = 2 (tok + pos): RMSNorm scales it by s0 = sqrt(d / 2).
+        s0 = math.sqrt(d / 2)
+        wq, wk, wv = lm.layers[0].mixer.qkv.weight.split(d)
+        wq[pos, pos] = torch.diag(torch.ones(seq_len - 1), 1) * SCORE * math.sqrt(d) / s0**2  # pos t -> pos t-1
+        wk[pos, pos] = eye_t
+        wv[prev, tok] = eye_v / s0
+        lm.layers[0].mixer.out.weight[prev, prev] = eye_v
+
+        # Layer 1 input has norm^2 = 3 (tok + prev + pos): scale s1 = sqrt(d / 3).
+        s1 = math.sqrt(d / 3)
+        wq, wk, wv = lm.layers[1].mixer.qkv.weight.split(d)
+        wq[prev, tok] = eye_v * SCORE * math.sqrt(d) / s1**2  # match tok(t) ...
+        wk[prev, prev] = eye_v  # ... against prev(s)
+        wv[tok, tok] = eye_v * COPY / s1
+        lm.layers[1].mixer.out.weight[tok, tok] = eye_v
+    return lm.eval()
+
+
+def induction_lm(vocab: int, seq_len: int) -> LM:
+    """2 layers: previous-token head, then match-and-copy head (the answer is read at the value)."""
+    return _build(vocab, seq_len, 2)
+
+
+def query_retrieval_lm(vocab: int, seq_len: int) -> LM:
+    """3 layers, the last inert: the answer sits at the query position before the last layer."""
+    return _build(vocab, seq_len, 3)

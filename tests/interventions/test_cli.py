@@ -1,0 +1,62 @@
+"""`mecheval intervene` on run directories (the run loader stubbed with a hand-built model)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from mecheval.commands import intervene
+from tests.interventions.handbuilt import induction_lm, query_retrieval_lm
+
+
+@pytest.fixture
+def sweep(tmp_path, ar_task, monkeypatch):
+    """A sweep dir with two finished runs; `load_run` returns the hand-built model named in the config."""
+    models = {"induction": induction_lm, "query": query_retrieval_lm}
+    for name in models:
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"model: {name}\n")
+        (run / "model.safetensors").write_bytes(b"")
+    (tmp_path / "runs" / "unfinished").mkdir()
+    (tmp_path / "runs" / "unfinished" / "config.yaml").write_text("model: none\n")
+    seq_len = ar_task.sample(1, seed=0).tokens.shape[1]
+
+    def load_run(run_dir):
+        name = (run_dir / "config.yaml").read_text().split(": ")[1].strip()
+        return models[name](ar_task.vocab_size, seq_len), ar_task, None
+
+    monkeypatch.setattr("mecheval.training.run_dir.load_run", load_run)
+    return tmp_path
+
+
+def test_intervene_sweep(sweep):
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)  # keeps `intervene` a named sub-command
+    result = CliRunner().invoke(
+        app, ["intervene", str(sweep), "--n", "64", "--corrupt", "key", "--corrupt", "value", "--sites", "resid_pre"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "induction" in result.output and "direct retrieval" in result.output
+    for name, label in [("induction", "induction"), ("query", "direct retrieval")]:
+        run = sweep / "runs" / name
+        df = pd.read_parquet(run / "interventions.parquet")
+        assert set(df["corrupt"]) == {"key", "value"} and set(df["site"]) == {"resid_pre"}
+        assert json.loads((run / "verdict.json").read_text())["verdict"] == label
+        assert (run / "interventions" / "key_resid_pre.png").stat().st_size > 1000
+        assert (run / "interventions" / "value_resid_pre.png").exists()
+    assert not (sweep / "runs" / "unfinished" / "interventions.parquet").exists()
+
+
+def test_not_a_run_dir(tmp_path):
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)
+    result = CliRunner().invoke(app, ["intervene", str(tmp_path)])
+    text = " ".join("".join(c for c in result.output if c.isalnum() or c.isspace()).split())
+    assert result.exit_code != 0 and "neither a finished run directory" in text

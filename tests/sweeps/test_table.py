@@ -1,0 +1,35 @@
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mecheval.sweeps.table import best_lr, flatten, varying
+
+METRIC = "summary.final.test.acc"
+
+
+def test_flatten_dotted_and_json_lists():
+    assert flatten({"model": {"mixer": ["a", "b"], "d_model": 16}, "x": None}) == {
+        "model.mixer": '["a", "b"]', "model.d_model": 16, "x": None}
+
+
+runs = st.lists(
+    st.tuples(st.sampled_from(["attention", "based"]), st.sampled_from([16, 32]), st.sampled_from([1e-3, 3e-3, 1e-2]),
+              st.floats(0, 1), st.booleans()),
+    min_size=1, max_size=30, unique_by=lambda r: r[:3],
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(runs)
+def test_best_lr_is_the_max_per_group(rows):
+    df = pd.DataFrame(
+        [{"name": f"r{i}", "status": "done" if done else "unfinished", "model.mixer": m, "model.d_model": d,
+          "optim.lr": lr, "steps": 10, METRIC: acc} for i, (m, d, lr, acc, done) in enumerate(rows)])
+    best = best_lr(df)
+    done = df[df.status == "done"]
+    keys = [c for c in varying(done) if c != "optim.lr"]
+    assert len(best) == (done.groupby(keys).ngroups if keys else min(1, len(done)))
+    for _, row in best.iterrows():
+        group = done[(done[keys] == row[keys]).all(axis=1)] if keys else done
+        assert row[METRIC] == group[METRIC].max()
+        assert row["optim.lr"] == group[group[METRIC] == row[METRIC]]["optim.lr"].min()  # ties: smaller lr
