@@ -30,8 +30,8 @@ env: $(VENV)/.env
 env-test: $(VENV)/.env-test
 
 run: $(VENV)/.env
-	$(VENV)/bin/mecheval data show ar --n 2
-	$(VENV)/bin/mecheval data show atr --n 2
+	$(VENV)/bin/mecheval data show ar --n 1 --param n_pairs=8 --param n_keys=64 --param n_values=64
+	$(VENV)/bin/mecheval study quick --out $(OUT)/quick
 
 test: $(VENV)/.env-test
 	$(PY) -m pytest -n 2 -m "not slow" -q

@@ -8,6 +8,8 @@ Implementations (`IMPLEMENTATIONS`, a list of (name, factory); add a column by a
     step     the same blocks with each mixer's per-step recurrent form (`Mixer.recurrent`)
     mambapy  the Mamba reference of alxndrTL/mamba.py (parallel scan), matched d_state/d_conv/expand
     masked   attention as the explicit quadratic form softmax(QK^T/sqrt(d_h) + causal mask) V
+    reference  our blocks with the pure-PyTorch ops instead of the fused CPU kernels that `ours`
+             uses by default (`MECHEVAL_KERNELS=reference`; mixers with a dispatched op: Mamba)
 Ratios are ours / reference (> 1: ours is faster). Every cell runs in a fresh process whose
 address space is capped (`--max-gb`): a cell that needs more (per-step forms keep every step's
 state for backward) shows "OOM" instead of taking the machine down.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -31,6 +34,7 @@ from torch import nn
 
 from common import median_seconds
 from mecheval.models import ARCHITECTURES, MIXERS, ModelConfig, build_model
+from mecheval.models.ops.dispatch import kernel_mode
 
 D_MODEL, N_LAYERS, BATCH, VOCAB = 64, 2, 32, 64
 Factory = Callable[[ModelConfig], nn.Module | None]  # None: no such implementation for this config
@@ -94,11 +98,28 @@ def mambapy_ref(cfg: ModelConfig) -> nn.Module | None:
     return Mamba(ref)
 
 
+class ReferenceKernels(nn.Module):
+    """A mixer whose dispatched ops take their pure-PyTorch path."""
+
+    def __init__(self, mixer: nn.Module) -> None:
+        super().__init__()
+        self.inner = mixer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with kernel_mode("reference"):
+            return self.inner(x)
+
+
+def reference_kernels(cfg: ModelConfig) -> nn.Module | None:
+    return with_mixers(cfg, ReferenceKernels) if "mamba" in cfg.mixer else None
+
+
 IMPLEMENTATIONS: list[tuple[str, Factory]] = [
     ("ours", ours),
     ("step", per_step),
     ("mambapy", mambapy_ref),
     ("masked", masked_attention),
+    ("reference", reference_kernels),
 ]
 
 
@@ -162,7 +183,7 @@ def main(
     )
     for col in ["mixer", "T", *(name for name, _ in IMPLEMENTATIONS), *(f"ours/{r}" for r in refs)]:
         table.add_column(col, justify="left" if col == "mixer" else "right")
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)  # a log keeps the whole table
     for preset in mixers:
         cfg = ModelConfig(preset=preset, vocab_size=VOCAB, d_model=D_MODEL, n_layers=N_LAYERS, max_len=max(T))
         for t in T:

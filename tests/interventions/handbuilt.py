@@ -34,11 +34,15 @@ def _build(vocab: int, seq_len: int, n_layers: int) -> LM:
     with torch.no_grad():
         for p in lm.parameters():
             p.zero_()
+        # The LM may scale token embeddings (E[x] * c) while its tied head reads E unscaled: measure c,
+        # so that the embedded token is exactly one-hot, and give the head the factor back.
         lm.embed.weight[:, tok] = eye_v
+        c = float(lm.embed_tokens(torch.zeros(1, 1, dtype=torch.long))[0, 0, 0])
+        lm.embed.weight[:, tok] = eye_v / c
         lm.pos.weight[:, pos] = eye_t
         for block in lm.layers:
             block.norm1.weight.fill_(1.0)
-        lm.norm_f.weight.fill_(HEAD_GAIN)
+        lm.norm_f.weight.fill_(HEAD_GAIN * c)
 
         # Layer 0 input has norm^2 = 2 (tok + pos): RMSNorm scales it by s0 = sqrt(d / 2).
         s0 = math.sqrt(d / 2)

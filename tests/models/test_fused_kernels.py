@@ -41,8 +41,19 @@ def test_fused_equals_loop_outputs_and_gradients(B, T, Di, N, seed):
     y_ref, y = selective_scan_loop(*xs), selective_scan_fused(*xs)
     assert_rel_close(y, y_ref)
     gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed + 1))
-    names = ("u", "delta", "A", "Bm", "Cm", "D")
-    for name, g, g_ref in zip(names, torch.autograd.grad(y, xs, gy), torch.autograd.grad(y_ref, xs, gy)):
+    for name, g, g_ref in zip("u delta A Bm Cm D".split(), torch.autograd.grad(y, xs, gy), torch.autograd.grad(y_ref, xs, gy)):
+        assert_rel_close(g, g_ref, name=name)
+
+
+def test_backward_split_over_channel_groups(monkeypatch):
+    """With more threads than batch rows, channels are split into groups whose ∂B, ∂C partials are summed."""
+    from mecheval.models.ops import selective_scan_fused as fused
+
+    monkeypatch.setattr(fused.numba, "get_num_threads", lambda: 8)  # B=1 -> 5 groups of one channel
+    xs = scan_inputs(1, 11, 5, 3, seed=7)
+    gy = torch.randn(1, 11, 5, generator=torch.Generator().manual_seed(8))
+    grads = torch.autograd.grad(selective_scan_fused(*xs), xs, gy)
+    for name, g, g_ref in zip("u delta A Bm Cm D".split(), grads, torch.autograd.grad(selective_scan_loop(*xs), xs, gy)):
         assert_rel_close(g, g_ref, name=name)
 
 

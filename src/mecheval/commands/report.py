@@ -1,7 +1,25 @@
-"""`mecheval report` (not implemented yet)."""
+"""`mecheval report DIR`: report.md and report.html from a study (or sweep) directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing until this command is implemented."""
+    @app.command()
+    def report(
+        path: Annotated[Path, typer.Argument(help="A study or sweep directory.", exists=True, file_okay=False)],
+    ) -> None:
+        """Write report.md and a self-contained report.html; print the summary table."""
+        from mecheval.report import build_report
+        from mecheval.report.terminal import print_summary
+
+        try:
+            result = build_report(path)
+        except FileNotFoundError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        print_summary(result)

@@ -1,7 +1,41 @@
-"""`mecheval study` (not implemented yet)."""
+"""`mecheval study PRESET --out DIR [--scale cpu|paper] [--executor local|ray]`: a whole study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Adds nothing until this command is implemented."""
+    @app.command()
+    def study(
+        preset: Annotated[str, typer.Argument(help="A named study; `mecheval study --list` shows them.")] = "",
+        out: Annotated[Optional[Path], typer.Option("--out", help="Study directory (resumed if it exists).")] = None,
+        scale: Annotated[str, typer.Option(help="cpu (minutes on a laptop) or paper (the published sizes).")] = "cpu",
+        executor: Annotated[str, typer.Option(help="local | ray")] = "local",
+        workers: Annotated[Optional[int], typer.Option(help="Local worker processes (default: the core count).")] = None,
+        address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start or find one).")] = None,
+        n: Annotated[int, typer.Option(min=1, help="Examples per intervention experiment.")] = 512,
+        list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    ) -> None:
+        """Run a named study (sweep + interventions + report) and print its summary."""
+        from rich.console import Console
+
+        from mecheval.report.terminal import print_summary
+        from mecheval.study import SCALES, STUDIES, run_study
+
+        if list_:
+            for s in STUDIES.values():
+                typer.echo(f"{s.name:20s} {s.description}\n{'':20s} cpu scale: {s.cpu_drops}")
+            return
+        if preset not in STUDIES:
+            raise typer.BadParameter(f"unknown study {preset!r}; known: {', '.join(STUDIES)}", param_hint="PRESET")
+        if scale not in SCALES:
+            raise typer.BadParameter(f"must be one of {SCALES}", param_hint="--scale")
+        if out is None:
+            raise typer.BadParameter("required", param_hint="--out")
+        report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet)
+        print_summary(report, Console())

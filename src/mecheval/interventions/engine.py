@@ -32,7 +32,7 @@ import torch
 from mecheval.models.lm import LM, Block
 from mecheval.models.sites import attach, record
 
-TOKEN_BUDGET = 2**18  # default bound on C*B*T token rows per patched forward pass
+TOKEN_BUDGET = 2**16  # default bound on the token rows (tile examples × T) of one patched pass
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,8 @@ def patch_cells(
                     resid = base_acts[f"resid{layer}"][flat]  # [N, T, D]
                     logits = lm.forward_from(layer, resid, answer_pos[flat], narrow_tail=True)
             p, logit = answer_scores(logits, answer[flat])
-            for i, e, a, b in zip(idx, ex, bounds, bounds[1:]):
-                p_patched[i, e.cpu()], logit_patched[i, e.cpu()] = p[a:b].cpu(), logit[a:b].cpu()
+            for i, e, start, end in zip(idx, ex, bounds, bounds[1:]):
+                p_patched[i, e.cpu()], logit_patched[i, e.cpu()] = p[start:end].cpu(), logit[start:end].cpu()
     return dict(
         p_base=p_base.cpu(), logit_base=logit_base.cpu(), p_source=p_source.cpu(), logit_source=logit_source.cpu(),
         p_patched=p_patched, logit_patched=logit_patched,

@@ -60,5 +60,5 @@ ATR_VERDICT: dict[str, str] = {
     "mamba": "direct retrieval",
     "h3": "direct retrieval",
     "hyena": "direct retrieval",
-    "mamba (d_conv 0)": "induction",
+    "mamba (d_conv 0)": "induction",  # the later version of the study
 }

@@ -198,7 +198,8 @@ class SelectiveScanFn(torch.autograd.Function):
             _numpy(u), _numpy(delta), _numpy(A), _numpy(Bm), _numpy(Cm), _numpy(D), _numpy(gy),
             du.numpy(), ddelta.numpy(), dA_part.numpy(), dB_part.numpy(), dC_part.numpy(), dD_part.numpy(),
         )
-        return du, ddelta, dA_part.sum(0), dB_part.sum(1), dC_part.sum(1), dD_part.sum(0)
+        dB, dC = (dB_part[:, 0], dC_part[:, 0]) if groups == 1 else (dB_part.sum(1), dC_part.sum(1))
+        return du, ddelta, dA_part.sum(0), dB, dC, dD_part.sum(0)
 
 
 def selective_scan_fused(u, delta, A, Bm, Cm, D):

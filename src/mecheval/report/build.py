@@ -1,0 +1,125 @@
+"""`build_report(study_dir)`: report.md, a self-contained report.html and figures/ from a study's runs.
+
+Sections: the published findings checked; accuracy (best learning rate per architecture and width,
+the published figure beside ours); the mechanism verdicts beside the published ones; seeds (mean and
+spread where several ran); figures (accuracy, attribution scatter and boxes, heatmaps of the best run
+per architecture, as `mecheval intervene` drew them).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from mecheval.report import figures
+from mecheval.report.compare import published_accuracy, published_verdict
+from mecheval.report.html import render_html
+from mecheval.study.findings import FINDINGS
+from mecheval.study.results import study_table
+from mecheval.sweeps.runner import RUNS
+
+STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
+HEATMAP = "interventions/key_resid_pre.png"
+
+
+@dataclass
+class Report:
+    markdown: Path
+    html: Path
+    summary: pd.DataFrame  # one row per (architecture, width): what the terminal shows
+
+
+def _agree(ours, theirs) -> str:
+    """agree / disagree; blank where either side has no verdict or ours did not learn the task."""
+    if not isinstance(theirs, str) or not isinstance(ours, str) or ours == "not learned":
+        return ""
+    return "agree" if ours == theirs else "disagree"
+
+
+def summarise(df: pd.DataFrame) -> pd.DataFrame:
+    """Best-lr runs, one row per (arch, width), mean over seeds, with the published figures beside."""
+    best = df[df["best_lr"]].copy()
+    task = best["task.name"]
+    grammar = best["task.params.grammar"] if "task.params.grammar" in best else pd.Series(None, index=best.index)
+    best["published_acc"] = [
+        published_accuracy(t, g, a, int(w)) for t, g, a, w in zip(task, grammar, best["arch"], best["model.d_model"])
+    ]
+    best["published_verdict"] = [published_verdict(t, a) for t, a in zip(task, best["arch"])]
+    best["agree"] = [_agree(o, p) for o, p in zip(best["verdict"], best["published_verdict"])]
+    cols = ["arch", "model.d_model", "optim.lr", "acc", "published_acc", "verdict", "published_verdict", "agree",
+            "attrib@key", "attrib@value", "attrib@query", "effect"]
+    return best[cols].astype({"published_acc": float}).reset_index(drop=True)
+
+
+def seeds_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Mean and spread of accuracy and attrib@value over seeds per (arch, width, lr); None for one seed."""
+    if df["seed"].nunique() < 2:
+        return None
+    g = df.groupby(["arch", "model.d_model", "optim.lr"])
+    out = g.agg(seeds=("seed", "nunique"), acc_mean=("acc", "mean"), acc_std=("acc", "std"),
+                acc_min=("acc", "min"), acc_max=("acc", "max"))
+    if df["attrib@value"].notna().any():
+        out = out.join(g["attrib@value"].agg(value_mean="mean", value_std="std"))
+    return out.reset_index()
+
+
+def _fmt(df: pd.DataFrame) -> pd.DataFrame:
+    return df.map(lambda v: f"{v:.3g}" if isinstance(v, float) and v == v else ("" if v is None or v != v else v))
+
+
+def build_report(study_dir: str | Path) -> Report:
+    study_dir = Path(study_dir)
+    meta_path = study_dir / STUDY_JSON
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    df = study_table(study_dir)
+    summary = summarise(df)
+    best = df[df["best_lr"]]
+    findings = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in meta.get("findings", [])]
+    seeds = seeds_table(df)
+
+    fig_dir = study_dir / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    pngs: dict[str, bytes] = {"accuracy": figures.to_png(figures.accuracy_figure(summary))}
+    if summary["attrib@value"].notna().any():
+        with_verdict = df[df["verdict"].notna()]
+        pngs["attribution_scatter"] = figures.to_png(figures.scatter_figure(with_verdict))
+        pngs["attribution_boxes"] = figures.to_png(figures.boxes_figure(with_verdict))
+    best_runs = best.sort_values("acc", ascending=False).drop_duplicates("arch")
+    for _, row in best_runs.iterrows():
+        path = study_dir / RUNS / row["name"] / HEATMAP
+        if path.exists():
+            pngs[f"heatmap {row['arch']}"] = path.read_bytes()
+    files = {}
+    for name, data in pngs.items():
+        files[name] = fig_dir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
+        files[name].write_bytes(data)
+
+    findings_df = pd.DataFrame([{"finding": c, "status": o.status, "evidence": o.evidence} for c, o in findings])
+    title = f"mecheval study: {meta.get('preset', study_dir.name)}" + (f" ({meta['scale']} scale)" if "scale" in meta else "")
+    sections = [
+        ("Findings", findings_df, "The published findings this study tests, checked on the best-learning-rate runs."),
+        ("Accuracy and mechanism", summary, "Best learning rate per architecture and width (final step); "
+         "published figures are for the published task and sizes."),
+    ]
+    if seeds is not None:
+        sections.append(("Seeds", seeds, "Mean and spread over seeds."))
+    runs_cols = ["name", "arch", "model.d_model", "optim.lr", "seed", "status", "acc", "verdict", "summary.wall_time_s"]
+    sections.append(("All runs", df[[c for c in runs_cols if c in df]], ""))
+
+    md = [f"# {title}", "", meta.get("description", ""), ""]
+    if meta.get("wall_time_s"):
+        md += [f"Wall time: {meta['wall_time_s'] / 60:.1f} min ({meta.get('cpu_drops', '')}).", ""]
+    for head, table, note in sections:
+        md += [f"## {head}", "", note, "", _fmt(table).to_markdown(index=False) if len(table) else "(none)", ""]
+    md += ["## Figures", ""] + [f"![{n}](figures/{p.name})" for n, p in files.items()]
+    markdown = study_dir / "report.md"
+    markdown.write_text("\n".join(md) + "\n")
+
+    images = {n: base64.b64encode(d).decode() for n, d in pngs.items()}
+    html = study_dir / "report.html"
+    html.write_text(render_html(title, meta, [(h, _fmt(t), n) for h, t, n in sections], images))
+    return Report(markdown, html, summary)

@@ -1,0 +1,86 @@
+"""The report's figures (matplotlib, headless): accuracy, the attribution scatter, attribution boxes."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+POSITIONS = ("key", "value", "query")
+
+
+def to_png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def colours(archs: list[str]) -> dict[str, tuple]:
+    cmap = plt.get_cmap("tab10")
+    return {a: cmap(i % 10) for i, a in enumerate(archs)}
+
+
+def accuracy_figure(best: pd.DataFrame) -> Figure:
+    """Test accuracy of the best-lr run per (architecture, width): bars, the published value as a tick.
+
+    best: rows with `arch`, `model.d_model`, `acc`, `published_acc` (NaN where none).
+    """
+    widths = sorted(best["model.d_model"].unique())
+    archs = list(dict.fromkeys(best["arch"]))
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(archs) * len(widths)), 3.6))
+    bar = 0.8 / len(widths)
+    for j, w in enumerate(widths):
+        rows = best[best["model.d_model"] == w].set_index("arch")
+        xs = [i + (j - (len(widths) - 1) / 2) * bar for i in range(len(archs))]
+        ax.bar(xs, [rows["acc"].get(a, float("nan")) for a in archs], width=bar * 0.9, label=f"d={w}")
+        ax.scatter(xs, [rows["published_acc"].get(a, float("nan")) for a in archs], marker="_", s=300,
+                   color="black", zorder=3, label="published" if j == 0 else None)
+    ax.set_xticks(range(len(archs)), archs, rotation=20, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=8, ncols=min(6, len(widths) + 1))
+    ax.set_title("Accuracy at the best learning rate (bars: ours; ticks: published)")
+    return fig
+
+
+def scatter_figure(df: pd.DataFrame) -> Figure:
+    """attrib@value vs attrib@query, one point per run with interventions, coloured by architecture."""
+    rows = df.dropna(subset=["attrib@value", "attrib@query"])
+    archs = list(dict.fromkeys(rows["arch"]))
+    col = colours(archs)
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    for a in archs:
+        r = rows[rows["arch"] == a]
+        ax.scatter(r["attrib@query"], r["attrib@value"], color=col[a], label=a, s=40, alpha=0.8, edgecolor="black", linewidth=0.4)
+    ax.axhline(0.8, color="grey", lw=0.6, ls="--")
+    ax.axvline(0.2, color="grey", lw=0.6, ls="--")
+    ax.set_xlabel("attrib @ query (direct retrieval)")
+    ax.set_ylabel("attrib @ value (induction)")
+    lo = min(-0.15, rows["attrib@query"].min() - 0.05, rows["attrib@value"].min() - 0.05)
+    hi = max(1.15, rows["attrib@query"].max() + 0.05, rows["attrib@value"].max() + 0.05)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.legend(fontsize=8, loc="center right")
+    ax.set_title("Where the association is stored (corrupt key, residual into the last layer)", fontsize=9)
+    return fig
+
+
+def boxes_figure(df: pd.DataFrame) -> Figure:
+    """Box plots per architecture of attrib@key / @value / @query over its runs."""
+    rows = df.dropna(subset=["attrib@value"])
+    archs = list(dict.fromkeys(rows["arch"]))
+    fig, axes = plt.subplots(1, len(POSITIONS), figsize=(3.2 * len(POSITIONS), 3.4), sharey=True)
+    for ax, pos in zip(axes, POSITIONS):
+        data = [rows.loc[rows["arch"] == a, f"attrib@{pos}"].astype(float).tolist() for a in archs]
+        ax.boxplot(data, tick_labels=archs)
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        ax.set_title(f"attrib @ {pos}")
+        ax.axhline(0, color="grey", lw=0.5)
+    axes[0].set_ylabel("attribution")
+    return fig

@@ -1,0 +1,132 @@
+"""Named studies: each a sweep per scale plus what to intervene on, matching a section of the study.
+
+`paper` scale: the published sizes (../shared/reference/paper_setup.md): AR with 16 pairs over
+4096 + 4096 tokens, 50,016 steps of batch 32, widths 16–256, learning rates 3e-5–3e-3, one seed.
+`cpu` scale: the same design at a size a 2-core CPU trains in minutes; each preset says what it drops.
+The CPU AR task has 8 pairs over 64 + 64 tokens: there a 2-layer attention model finds induction within
+~1,500 steps of batch 128 (measured), where the published 16 pairs over 4096 + 4096 need tens of
+thousands of steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mecheval.training.config import set_dotted
+
+PAPER_WIDTHS = [16, 32, 64, 128, 256]
+PAPER_LRS = [3e-5, 1e-4, 3e-4, 1e-3, 3e-3]
+ZOO = ["attention", "based", "mamba", "deltanet", "hyena", "baseconv", "h3"]
+
+AR_PAPER = {"name": "ar", "params": {}}
+AR_CPU = {"name": "ar", "params": {"n_pairs": 8, "n_keys": 64, "n_values": 64}}
+ATR_GRAMMARS = ["easy", "medium", "large_vocab"]
+
+
+def _base(task: dict, scale: str, steps_paper: int, steps_cpu: int) -> dict:
+    """The training config shared by every run of a study at one scale (published optimiser)."""
+    if scale == "paper":
+        return {"task": task, "model": {"d_model": 64}, "steps": steps_paper, "batch_size": 32,
+                "eval": {"every": 2000, "size": 1024}, "checkpoint_every": 2000}
+    return {"task": task, "model": {"d_model": 64}, "steps": steps_cpu, "batch_size": 128,
+            "eval": {"every": 500, "size": 512}, "checkpoint_every": 500}
+
+
+def _arch(preset: str, **fields) -> dict:
+    return {"model.preset": preset, **{f"model.{k}": v for k, v in fields.items()}}
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named study: `sweep(scale)` gives its sweep (SweepConfig data); interventions per run."""
+
+    name: str
+    description: str
+    cpu_drops: str
+    task: dict  # the paper-scale task (name + params)
+    cpu_task: dict
+    archs: list[dict]  # sweep points: one per architecture (preset + model overrides)
+    steps: tuple[int, int]  # (paper, cpu)
+    cpu_lrs: list[float] = field(default_factory=lambda: [3e-3])
+    paper_grid: dict[str, list] = field(default_factory=dict)  # axes only the paper scale sweeps (e.g. grammar)
+    base: dict = field(default_factory=dict)  # dotted overrides of the base config at both scales
+    corrupt: tuple[str, ...] = ("key", "value")
+    sites: tuple[str, ...] = ("resid_pre",)
+    min_effect: float = 0.01  # the published filter: 0.01 on AR, 0.1 on ATR
+    findings: tuple[str, ...] = ()  # ids of `mecheval.study.findings.FINDINGS` checked in the report
+
+    def sweep(self, scale: str) -> dict:
+        if scale not in SCALES:
+            raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")
+        paper = scale == "paper"
+        grid = {"model.d_model": PAPER_WIDTHS, **self.paper_grid, "optim.lr": PAPER_LRS} if paper else {"optim.lr": self.cpu_lrs}
+        base = _base(self.task if paper else self.cpu_task, scale, *self.steps)
+        for key, value in self.base.items():
+            set_dotted(base, key, value)
+        return {"base": base, "list": self.archs, "grid": grid}
+
+
+SCALES = ("cpu", "paper")
+AR_STEPS = (50_016, 3_000)
+ATR_STEPS = (100_032, 3_000)  # ATR: the same data sizes as AR but 32 epochs
+
+STUDIES: dict[str, Study] = {
+    s.name: s
+    for s in [
+        Study(
+            name="quick",
+            description="Attention vs Mamba vs Mamba without its short convolution on AR (the README's study).",
+            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 8 pairs over 64+64 tokens",
+            task=AR_PAPER, cpu_task=AR_CPU,
+            archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)],
+            steps=AR_STEPS, findings=("attention_induction", "mamba_direct", "mamba_noconv_fails"),
+        ),
+        Study(
+            name="ar-architectures",
+            description="The zoo on AR: accuracy by width, best learning rate, mechanism per architecture.",
+            cpu_drops="one width (64), learning rates {1e-3, 3e-3}, 3,000 steps of batch 128, AR with 8 pairs over 64+64 tokens",
+            task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch(a) for a in ZOO], steps=AR_STEPS, cpu_lrs=[1e-3, 3e-3],
+            findings=("attention_induction", "based_induction", "mamba_direct", "h3_hyena_poor"),
+        ),
+        Study(
+            name="ar-mamba-conv",
+            description="Mamba with d_conv 0/1/2/3/4 on AR; interventions on the residual and inside the mixer.",
+            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 8 pairs over 64+64 tokens",
+            task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("mamba", d_conv=k) for k in (0, 1, 2, 3, 4)],
+            steps=AR_STEPS, sites=("resid_pre", "conv_out", "core_out"),
+            findings=("mamba_direct", "mamba_noconv_fails"),
+        ),
+        Study(
+            name="ar-based-conv",
+            description="Based with its layer-0 convolution of kernel 1/2/3/4 or a long convolution, on AR.",
+            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 8 pairs over 64+64 tokens",
+            task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("based", d_conv=[k, 0]) for k in (1, 2, 3, 4, "long")],
+            steps=AR_STEPS, findings=("based_induction", "based_long_fails"),
+        ),
+        Study(
+            name="atr",
+            description="The three published grammars × the zoo on ATR, with interventions.",
+            cpu_drops="the easy grammar only, one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
+            task={"name": "atr", "params": {}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
+            archs=[_arch(a) for a in ZOO], steps=ATR_STEPS, min_effect=0.1,
+            paper_grid={"task.params.grammar": ATR_GRAMMARS}, findings=("atr_mamba_vs_attention",),
+        ),
+        Study(
+            name="atr-generalisation",
+            description="ATR easy with 20% of (query, target) pairs held out of training; accuracy on them.",
+            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
+            task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
+            cpu_task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
+            archs=[_arch(a) for a in ZOO], steps=ATR_STEPS, min_effect=0.1,
+            base={"eval.splits": ["train", "test", "heldout"]},
+        ),
+        Study(
+            name="atr-mamba-noconv",
+            description="Mamba without its short convolution on ATR easy (and with it, for contrast).",
+            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
+            task={"name": "atr", "params": {"grammar": "easy"}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
+            archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)], steps=ATR_STEPS, min_effect=0.1,
+            findings=("atr_mamba_vs_attention", "atr_mamba_noconv_induction"),
+        ),
+    ]
+}

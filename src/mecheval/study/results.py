@@ -1,0 +1,62 @@
+"""A study's results as one table: a row per run with its architecture label, accuracy and verdict."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from mecheval.sweeps.runner import RUNS
+from mecheval.sweeps.table import best_lr, collect
+from mecheval.training.run_dir import RunDir
+
+ACC = "summary.final.test.acc"
+VERDICT_FIELDS = ("verdict", "effect", "attrib@key", "attrib@value", "attrib@query")
+
+
+@functools.lru_cache(maxsize=None)
+def _default_convs(preset: str, mixers: str, n_layers: int) -> tuple:
+    from mecheval.models import ModelConfig
+
+    data = {"preset": preset} if preset else {"mixer": json.loads(mixers)}
+    return tuple(ModelConfig(vocab_size=1, n_layers=n_layers, **data).d_conv)
+
+
+def _chance(task_cfg) -> float:
+    from mecheval.tasks import make_task
+
+    return make_task(task_cfg.name, **task_cfg.params).chance_accuracy
+
+
+def arch_label(row: pd.Series) -> str:
+    """`mamba`, `mamba (d_conv 0)`, `based (d_conv long)`: the preset (or mixers), and the convolution
+    where it differs from that architecture's published default (the first layer that differs)."""
+    preset = row.get("model.preset")
+    preset = preset if isinstance(preset, str) else None
+    mixers = json.loads(row["model.mixer"])
+    name = preset or "+".join(dict.fromkeys(mixers))
+    convs = json.loads(row["model.d_conv"])
+    default = _default_convs(preset or "", row["model.mixer"], int(row["model.n_layers"]))
+    changed = [c for c, d in zip(convs, default) if c != d]
+    return f"{name} (d_conv {changed[0]})" if changed else name
+
+
+def study_table(study_dir: str | Path) -> pd.DataFrame:
+    """Every run of the study: config, summary, `arch`, `acc`, `best_lr` (True for the runs the
+    published selection keeps) and the verdict fields (NaN where interventions were not run)."""
+    study_dir = Path(study_dir)
+    df = collect(study_dir)
+    df["arch"] = df.apply(arch_label, axis=1)
+    df["acc"] = df.get(ACC)
+    best = set(best_lr(df)["name"]) if (df["status"] == "done").any() else set()
+    df["best_lr"] = df["name"].isin(best)
+    df["chance"] = [_chance(RunDir(study_dir / RUNS / name).read_config().task) for name in df["name"]]
+    verdicts = []
+    for name in df["name"]:
+        path = study_dir / RUNS / name / "verdict.json"
+        verdicts.append(json.loads(path.read_text()) if path.exists() else {})
+    for f in VERDICT_FIELDS:
+        df[f] = [v.get(f) for v in verdicts]
+    return df

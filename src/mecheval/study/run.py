@@ -1,0 +1,78 @@
+"""`run_study(preset, out)`: sweep -> interventions on every finished run -> report, resumable.
+
+    OUT/sweep.yaml, OUT/runs/<name>/...   the sweep (see mecheval.sweeps)
+    OUT/runs/<name>/interventions.parquet, verdict.json, interventions/*.png
+    OUT/runs.parquet                      every run, config fields and summary metrics
+    OUT/study.json                        preset, scale, what the cpu scale drops, timings
+    OUT/report.md, OUT/report.html        the report (mecheval.report)
+Re-running skips finished runs and runs that already have their interventions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from mecheval.interventions.runs import intervene_run
+from mecheval.report import Report, build_report
+from mecheval.report.build import STUDY_JSON
+from mecheval.study.presets import STUDIES, Study
+from mecheval.sweeps import SweepConfig, collect, run_sweep
+from mecheval.sweeps.runner import RUNS
+from mecheval.training.checkpoint import atomic_write_text
+from mecheval.training.run_dir import RunDir
+
+
+def get_study(name: str) -> Study:
+    if name not in STUDIES:
+        raise ValueError(f"unknown study {name!r}; known: {sorted(STUDIES)}")
+    return STUDIES[name]
+
+
+def run_study(
+    preset: str | Study,
+    out: str | Path,
+    scale: str = "cpu",
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    n_examples: int = 512,
+    quiet: bool = False,
+) -> Report:
+    """Runs (or resumes) the study `preset` (a name, or a Study) at `scale` in `out`; writes its report."""
+    study = preset if isinstance(preset, Study) else get_study(preset)
+    out = Path(out)
+    sweep = SweepConfig.model_validate(study.sweep(scale))
+    times: dict[str, float] = {}
+
+    start = time.perf_counter()
+    with tqdm(total=None, desc="train", unit="run", disable=quiet) as bar:
+        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=lambda o: bar.update())
+    failed = [o for o in outcomes if o.error]
+    if failed:
+        raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))
+    times["train_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    runs = [d for d in sorted((out / RUNS).iterdir()) if RunDir(d).finished]
+    todo = [d for d in runs if not (d / "verdict.json").exists()]
+    for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
+        intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),
+                      min_effect=study.min_effect, skip_missing_sites=True)
+    times["intervene_s"] = time.perf_counter() - start
+
+    collect(out).to_parquet(out / "runs.parquet", index=False)
+    previous = json.loads((out / STUDY_JSON).read_text()) if (out / STUDY_JSON).exists() else {}
+    meta = {
+        "preset": study.name, "scale": scale, "description": study.description,
+        "cpu_drops": study.cpu_drops if scale == "cpu" else "", "findings": list(study.findings),
+        "n_examples": n_examples, "runs": len(runs),
+        # a resumed study adds this call's time to what earlier calls spent
+        **{k: previous.get(k, 0.0) + v for k, v in times.items()},
+    }
+    meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"]
+    atomic_write_text(out / STUDY_JSON, json.dumps(meta, indent=2) + "\n")
+    return build_report(out)

@@ -1,0 +1,46 @@
+"""Study presets: every preset expands to valid, distinctly named runs of the architectures it names."""
+
+import pytest
+
+from mecheval.study.presets import PAPER_LRS, PAPER_WIDTHS, SCALES, STUDIES
+from mecheval.sweeps import SweepConfig, expand
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_every_preset_expands_to_valid_runs(name, scale):
+    study = STUDIES[name]
+    runs = expand(SweepConfig.model_validate(study.sweep(scale)))
+    n_grid = len(PAPER_WIDTHS) * len(PAPER_LRS) if scale == "paper" else len(study.cpu_lrs)
+    for values in study.paper_grid.values() if scale == "paper" else []:
+        n_grid *= len(values)
+    assert len(runs) == len(study.archs) * n_grid
+    assert len({r.name for r in runs}) == len(runs)
+    presets = {r.config.model.preset for r in runs}
+    assert presets == {a["model.preset"] for a in study.archs}
+
+
+def test_paper_scale_is_the_published_setup():
+    runs = expand(SweepConfig.model_validate(STUDIES["ar-architectures"].sweep("paper")))
+    cfg = runs[0].config
+    assert (cfg.steps, cfg.batch_size, cfg.optim.weight_decay, cfg.optim.warmup) == (50_016, 32, 0.0, 0.1)
+    assert cfg.task.name == "ar" and cfg.task.params == {}
+    assert {r.config.model.d_model for r in runs} == set(PAPER_WIDTHS)
+    assert {r.config.optim.lr for r in runs} == set(PAPER_LRS)
+
+
+def test_mamba_conv_ablation_varies_only_the_conv():
+    runs = expand(SweepConfig.model_validate(STUDIES["ar-mamba-conv"].sweep("cpu")))
+    assert sorted(r.config.model.d_conv[0] for r in runs) == [0, 1, 2, 3, 4]
+    assert all(r.config.model.mixer == ["mamba", "mamba"] and r.config.model.mlp == [False, False] for r in runs)
+
+
+def test_based_conv_ablation_changes_layer_zero_only():
+    runs = expand(SweepConfig.model_validate(STUDIES["ar-based-conv"].sweep("cpu")))
+    assert sorted(map(str, (r.config.model.d_conv[0] for r in runs))) == ["1", "2", "3", "4", "long"]
+    assert all(r.config.model.d_conv[1] == 0 and r.config.model.mixer == ["baseconv", "based"] for r in runs)
+
+
+def test_unknown_scale_is_an_error():
+    with pytest.raises(ValueError, match="unknown scale"):
+        STUDIES["quick"].sweep("laptop")

@@ -1,0 +1,47 @@
+"""`run_study` end to end on a tiny study: runs, interventions, report; resuming redoes nothing."""
+
+import json
+
+import pandas as pd
+
+from mecheval.study import run_study
+from tests.study.conftest import TINY
+
+
+def test_every_run_is_trained_and_intervened(tiny_study):
+    out, report = tiny_study
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert len(runs) == 2 and set(runs["status"]) == {"done"}
+    for name in runs["name"]:
+        verdict = json.loads((out / "runs" / name / "verdict.json").read_text())
+        assert verdict["verdict"] in ("induction", "direct retrieval", "mixed", "not learned")
+        table = pd.read_parquet(out / "runs" / name / "interventions.parquet")
+        assert set(table["corrupt"]) == {"key", "value"}
+    # conv_out is patched where the model has one (attention and conv-less Mamba have none)
+    assert all("conv_out" not in set(pd.read_parquet(p)["site"]) for p in out.glob("runs/*/interventions.parquet"))
+
+
+def test_report_rows_are_the_architectures_with_their_labels(tiny_study):
+    _, report = tiny_study
+    assert sorted(report.summary["arch"]) == ["attention", "mamba (d_conv 0)"]
+    assert report.summary["acc"].between(0, 1).all()
+    text = report.markdown.read_text()
+    for claim in ("Attention reaches high AR accuracy", "Mamba with d_conv 0 or 1 fails AR", "H3 and Hyena"):
+        assert claim in text
+    assert "not run" in text  # h3/hyena were not in this study
+    assert (report.html.parent / "figures" / "accuracy.png").stat().st_size > 1000
+
+
+def test_study_json_records_scale_and_time(tiny_study):
+    out, _ = tiny_study
+    meta = json.loads((out / "study.json").read_text())
+    assert meta["preset"] == "tiny" and meta["scale"] == "cpu" and meta["runs"] == 2
+    assert meta["wall_time_s"] == meta["train_s"] + meta["intervene_s"] > 0
+
+
+def test_rerunning_a_finished_study_retrains_and_reintervenes_nothing(tiny_study):
+    out, _ = tiny_study
+    files = sorted(out.glob("runs/*/model.safetensors")) + sorted(out.glob("runs/*/interventions.parquet"))
+    before = {f: f.stat().st_mtime_ns for f in files}
+    run_study(TINY, out, workers=1, n_examples=64, quiet=True)
+    assert {f: f.stat().st_mtime_ns for f in files} == before
