@@ -57,6 +57,24 @@ def test_backward_split_over_channel_groups(monkeypatch):
         assert_rel_close(g, g_ref, name=name)
 
 
+def _scan_in_child(queue):
+    queue.put(selective_scan_fused(*scan_inputs(2, 5, 20, 3, seed=9)).sum().item())
+
+
+def test_fused_runs_in_a_process_forked_after_use():
+    """Sweeps and data loaders fork; the kernel's thread pool must survive that."""
+    import multiprocessing
+
+    expected = selective_scan_fused(*scan_inputs(2, 5, 20, 3, seed=9)).sum().item()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_scan_in_child, args=(queue,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert queue.get(timeout=1) == expected
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 5, 3, 4), (1, 9, 2, 3)])
 def test_gradcheck_float64(shape):
     xs = scan_inputs(*shape, seed=sum(shape), dtype=torch.float64)

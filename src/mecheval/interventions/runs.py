@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -67,7 +68,8 @@ def intervene_run(
     for old in [*(run_dir / "interventions").glob("*.png"), run_dir / "verdict.json"]:  # a previous call's
         old.unlink(missing_ok=True)
     for (role, site), part in df.groupby(["corrupt", "site"], sort=False):
-        heatmap(part, site, run_dir / "interventions" / f"{role}_{site}.png", title=f"{run_dir.name}: corrupt {role}, {site}")
+        title = f"{textwrap.fill(run_dir.name, 36)}\ncorrupt {role}, {site}"
+        heatmap(part, site, run_dir / "interventions" / f"{role}_{site}.png", title=title)
     readable = direction == "sufficiency" and "resid_pre" in set(df["site"])  # what the verdict reads
     verdict = mechanism(df, corrupt=corrupt[0], min_effect=min_effect) if readable else None
     if verdict is not None:

@@ -24,12 +24,16 @@ afterwards, so items never write to the same memory. CPU, float32 or float64; IE
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
 import torch
 from numba import njit, prange, types
 from numba.extending import overload
+
+if "NUMBA_THREADING_LAYER" not in os.environ:  # GNU OpenMP kills children forked after a parallel launch
+    numba.config.THREADING_LAYER = "workqueue"  # fork-safe; not for concurrent calls from several threads
 
 
 def _exp_into(z, out, kbuf):
