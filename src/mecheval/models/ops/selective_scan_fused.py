@@ -55,7 +55,9 @@ def _exp_into_overload(z, out, kbuf):
     def exp_f32(z, out, kbuf):
         scale = kbuf.view(np.float32)  # holds the bits of 2^k
         for i in range(z.shape[0]):
-            x = min(max(z[i], np.float32(-87.0)), np.float32(88.0))
+            x = z[i]
+            x = np.float32(-87.0) if x < np.float32(-87.0) else x  # comparisons written so NaN stays NaN
+            x = np.float32(88.0) if x > np.float32(88.0) else x
             k = np.floor(x * np.float32(1.44269504) + np.float32(0.5))
             r = x - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
             p = np.float32(1.9875691500e-4)
