@@ -32,15 +32,6 @@ FEW = settings(
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run ~100x faster on one thread than on two contended ones (2 shared cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def layer_mixers(arch: str, n_layers: int = PRESET_LAYERS) -> list[str]:
     if arch.startswith("preset:"):
         m = ARCHITECTURES[arch.removeprefix("preset:")]["mixer"]

@@ -1,4 +1,4 @@
-"""Property checks shared by the per-mixer tests (test_mamba, test_deltanet, test_h3)."""
+"""Property checks shared by the mixer tests (test_mixer_properties, test_mamba, test_deltanet, test_h3)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from torch import nn
 
 from mecheval.models.mixers import MIXERS, Mixer
 from mecheval.models.shortconv import ShortConv
+
+# Options that keep the step-by-step checks fast: for H3 a small diagonal SSM.
+FAST_OPTIONS = {"deltanet": {}, "mamba": {}, "h3": {"d_state": 16}}
 
 
 def make_mixer(name: str, d_model: int = 16, conv=None, max_len: int = 64, seed: int = 0, **options) -> Mixer:

@@ -1,5 +1,6 @@
 """H3: published defaults (our reading of "state 1024, head dim 2"), the shift SSM as the shared short
-conv, conv slot, recurrent == parallel, causality, gradients."""
+conv, recurrent == parallel, the core_out site (conv slot, causality, gradients:
+test_mixer_properties.py)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,10 @@ from mecheval.models import ModelConfig
 from mecheval.models.mixers import MIXERS
 from mecheval.models.shortconv import ShortConv
 
-from .mixer_checks import (
-    assert_causal,
-    assert_conv_slot,
-    assert_every_parameter_gets_a_gradient,
-    assert_recurrent_equals_parallel,
-    inputs,
-    make_mixer,
-)
+from .mixer_checks import FAST_OPTIONS, assert_recurrent_equals_parallel, inputs, make_mixer
 
 FAST = settings(max_examples=6, deadline=None)
-SMALL = {"d_state": 16}  # a small diagonal SSM keeps the step-by-step checks fast
+SMALL = FAST_OPTIONS["h3"]
 
 
 def test_published_defaults():
@@ -53,10 +47,6 @@ def test_shift_ssm_is_a_causal_conv_of_its_state_size():
         torch.testing.assert_close(conv(k), torch.stack(expect, 1))
 
 
-def test_conv_slot():
-    assert_conv_slot("h3", **SMALL)
-
-
 @pytest.mark.parametrize("conv", [0, 2, 1024, "long"])  # 1024: longer than the sequence; FFT beyond 32 taps
 @FAST
 @given(T=st.integers(1, 40), head_dim=st.sampled_from([1, 2, 4]), seed=st.integers(0, 999))
@@ -68,19 +58,6 @@ def test_recurrent_equals_parallel(conv, T, head_dim, seed):
 def test_recurrent_equals_parallel_at_the_published_sizes():
     m = make_mixer("h3", d_model=16, max_len=1024)  # d_state 1024, head_dim 2, shift state 1024
     assert_recurrent_equals_parallel(m, inputs(2, 37, 16, 0))
-
-
-@pytest.mark.parametrize("conv", [0, 3, "long"])
-@FAST
-@given(T=st.integers(2, 30), data=st.data(), seed=st.integers(0, 999))
-def test_causal(conv, T, data, seed):
-    m = make_mixer("h3", conv=conv, seed=seed, **SMALL)
-    assert_causal(m, inputs(2, T, 16, seed), data.draw(st.integers(0, T - 2)))
-
-
-@pytest.mark.parametrize("conv", [0, 4])
-def test_gradients_flow_to_every_parameter(conv):
-    assert_every_parameter_gets_a_gradient(make_mixer("h3", conv=conv, **SMALL), inputs(2, 20, 16, 0))
 
 
 def test_core_out_holds_the_ssm_of_every_key_value_entry():

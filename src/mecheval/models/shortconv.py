@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mecheval.models.ops.dispatch import short_conv
 from mecheval.models.ops.fft_conv import fft_conv
 
 ConvSpec = int | str
@@ -41,8 +42,7 @@ class ShortConv(nn.Module):
         w = self.weight[..., -k:]
         if k > FFT_MIN_TAPS:  # a long kernel (e.g. H3's shift SSM of state 1024): O(T log T) by FFT
             return fft_conv(x, F.pad(w[:, 0].flip(-1).T, (0, 0, 0, T - k)))  # filter [T, C], lag-major
-        xt = F.pad(x.transpose(1, 2), (k - 1, 0))  # [B, C, T + k - 1]
-        return F.conv1d(xt, w, groups=self.channels).transpose(1, 2)
+        return short_conv(x, w)  # the fused CPU kernel where it applies, else F.conv1d (ops.dispatch)
 
     def init_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         """The last k-1 inputs: [B, C, k-1]."""

@@ -11,13 +11,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mecheval.tasks.base import SPLITS, Task
+from mecheval.tasks.base import SPLITS
 from mecheval.tasks.batch import Batch
-from mecheval.tasks.corruption import replace_at, role_position
-from mecheval.tasks.sampling import absent, corruption_rng, distinct, rng_for
-
-PAD, BOS, EOS = 0, 1, 2
-N_SPECIAL = 3
+from mecheval.tasks.corruption import replace_with_absent
+from mecheval.tasks.document import BOS, EOS, N_SPECIAL, SPECIAL_NAMES, DocumentTask
+from mecheval.tasks.sampling import distinct, rng_for
 
 
 class ARParams(BaseModel):
@@ -37,7 +35,7 @@ class ARParams(BaseModel):
         return self
 
 
-class ARTask(Task):
+class ARTask(DocumentTask):
     """Single-query associative recall; every document has length 2 * n_pairs + 5."""
 
     name = "ar"
@@ -51,14 +49,6 @@ class ARTask(Task):
     @property
     def vocab_size(self) -> int:
         return self.value_range[1]
-
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        return {"PAD": PAD, "BOS": BOS, "EOS": EOS}
-
-    @property
-    def corruptible_roles(self) -> tuple[str, ...]:
-        return ("key", "value", "query")
 
     @property
     def chance_accuracy(self) -> float:
@@ -101,10 +91,7 @@ class ARTask(Task):
 
     def corrupt(self, batch: Batch, role: str, seed: int) -> Batch:
         """Key or query: a key absent from the document; value: a value absent from it."""
-        pos = role_position(batch, role, self.corruptible_roles)
-        lo, hi = self.value_range if role == "value" else self.key_range
-        new = absent(corruption_rng(self.name, role, seed), batch.tokens.cpu().numpy(), lo, hi)
-        return replace_at(batch, pos, new)
+        return replace_with_absent(self, batch, role, seed)
 
     def answer_derivable(self, batch: Batch) -> torch.Tensor:
         """[B] whether the queried key occurs in the context followed by the answer."""
@@ -116,11 +103,10 @@ class ARTask(Task):
         return hit.any(1)
 
     def decode(self, tokens: torch.Tensor | list[int]) -> list[str]:
-        names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
         out = []
         for t in torch.as_tensor(tokens).tolist():
-            if t in names:
-                out.append(names[t])
+            if t in SPECIAL_NAMES:
+                out.append(SPECIAL_NAMES[t])
             elif t < self.key_range[1]:
                 out.append(f"k{t - self.key_range[0]}")
             else:

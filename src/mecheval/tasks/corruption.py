@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mecheval.tasks.base import Task
 from mecheval.tasks.batch import Batch
+from mecheval.tasks.sampling import absent, corruption_rng
 
 
 def role_position(batch: Batch, role: str, corruptible: tuple[str, ...]) -> np.ndarray:
@@ -24,3 +26,14 @@ def replace_at(batch: Batch, pos: np.ndarray, new: np.ndarray) -> Batch:
         new, dtype=tokens.dtype, device=tokens.device
     )
     return batch.with_tokens(tokens)
+
+
+def replace_with_absent(task: Task, batch: Batch, role: str, seed: int) -> Batch:
+    """The token at `role` replaced by one of its kind absent from the row (AR, MQAR).
+
+    Its kind: a value of `task.value_range` for role "value", else a key of `task.key_range`.
+    """
+    pos = role_position(batch, role, task.corruptible_roles)
+    lo, hi = task.value_range if role == "value" else task.key_range
+    new = absent(corruption_rng(task.name, role, seed), batch.tokens.cpu().numpy(), lo, hi)
+    return replace_at(batch, pos, new)

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mecheval.tasks.base import SPLITS, Task
 from mecheval.tasks.batch import Batch
-from mecheval.tasks.corruption import replace_at, role_position
-from mecheval.tasks.sampling import absent, corruption_rng, distinct, rng_for
+from mecheval.tasks.corruption import replace_with_absent
+from mecheval.tasks.sampling import distinct, rng_for
 
 PAD = 0
 
@@ -113,10 +113,7 @@ class MQARTask(Task):
 
     def corrupt(self, batch: Batch, role: str, seed: int) -> Batch:
         """The first query's key (or value) in context, by a key (value) absent from the sequence."""
-        pos = role_position(batch, role, self.corruptible_roles)
-        lo, hi = self.value_range if role == "value" else self.key_range
-        new = absent(corruption_rng(self.name, role, seed), batch.tokens.cpu().numpy(), lo, hi)
-        return replace_at(batch, pos, new)
+        return replace_with_absent(self, batch, role, seed)
 
     def decode(self, tokens: torch.Tensor | list[int]) -> list[str]:
         out = []

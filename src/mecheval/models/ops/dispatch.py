@@ -1,7 +1,7 @@
 """Kernel selection: one function per op, called by the mixers; the choice never changes the math.
 
 `MECHEVAL_KERNELS` (or the `kernel_mode` context manager, which wins over it) picks the path:
-    auto       (default) CPU: the fused numba kernel; CUDA: `mamba_ssm`'s kernel when importable,
+    auto       (default) CPU: the fused numba kernels; CUDA: `mamba_ssm`'s kernel when importable,
                else the pure-PyTorch op. Inputs of another dtype (half, bfloat16, mixed) or on other
                devices take the pure-PyTorch op: no dtype is ever forced.
     reference  always the pure-PyTorch op (readable, what the tests compare against).
@@ -18,6 +18,7 @@ from contextvars import ContextVar
 import torch
 
 from mecheval.models.ops import selective_scan as reference
+from mecheval.models.ops import short_conv as reference_conv
 
 MODES = ("auto", "reference")
 ENV_VAR = "MECHEVAL_KERNELS"
@@ -75,3 +76,13 @@ def selective_scan(u, delta, A, Bm, Cm, D):
             y = fn(u.mT, delta.mT, A, Bm.mT, Cm.mT, D)
             return y.mT
     return reference.selective_scan(u, delta, A, Bm, Cm, D)
+
+
+def short_conv(x, weight):
+    """Causal depthwise conv, same result as `ops.short_conv.short_conv`: x [B, T, C]; weight [C, 1, k]
+    -> y [B, T, C]. On CPU the fused kernel (no transposes, per-row ∂w partials); else `F.conv1d`."""
+    if current_mode() == "auto" and _fused_cpu_ok(x, weight):
+        from mecheval.models.ops.short_conv_fused import short_conv_fused  # numba compiles lazily
+
+        return short_conv_fused(x, weight)
+    return reference_conv.short_conv(x, weight)

@@ -21,13 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from mecheval.tasks.atr.pcfg import GRAMMARS, Forest, build_grammar, concat, derive, take
 from mecheval.tasks.atr.queries import choose_queries, heldout
 from mecheval.tasks.atr.tree import DependencyTree
-from mecheval.tasks.base import Task
 from mecheval.tasks.batch import Batch
 from mecheval.tasks.corruption import replace_at, role_position
+from mecheval.tasks.document import BOS, EOS, N_SPECIAL, PAD, SPECIAL_NAMES, DocumentTask
 from mecheval.tasks.sampling import corruption_rng, other, rng_for
 
-PAD, BOS, EOS = 0, 1, 2
-N_SPECIAL = 3
 MIN_TERMINALS = 3  # as published: shorter derivations are redrawn
 
 # The published grammars are single random draws, and statistics vary a lot between draws (easy:
@@ -55,7 +53,7 @@ class ATRParams(BaseModel):
     max_length: int = Field(1024, ge=MIN_TERMINALS, description="longest context (terminals); longer ones are redrawn")
 
 
-class ATRTask(Task):
+class ATRTask(DocumentTask):
     """Parent queries over derivations of a seeded random PCFG."""
 
     name = "atr"
@@ -75,14 +73,6 @@ class ATRTask(Task):
     @property
     def vocab_size(self) -> int:
         return self.terminal_range[1]
-
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        return {"PAD": PAD, "BOS": BOS, "EOS": EOS}
-
-    @property
-    def corruptible_roles(self) -> tuple[str, ...]:
-        return ("key", "value", "query")
 
     @property
     def published_stats(self) -> dict[str, dict[str, float]]:
@@ -189,5 +179,4 @@ class ATRTask(Task):
         )
 
     def decode(self, tokens: torch.Tensor | list[int]) -> list[str]:
-        names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
-        return [names.get(t, f"t{t - N_SPECIAL}") for t in torch.as_tensor(tokens).tolist()]
+        return [SPECIAL_NAMES.get(t, f"t{t - N_SPECIAL}") for t in torch.as_tensor(tokens).tolist()]
