@@ -6,26 +6,16 @@ Config fields keep their dotted names (`model.d_model`, `optim.lr`); summary met
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from mecheval.sweeps.runner import RUNS
+from mecheval.training.config import flatten
 from mecheval.training.run_dir import CONFIG, RunDir
 
 LR = "optim.lr"
 DEFAULT_METRIC = "summary.final.test.acc"
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple, dict)) else value
-    return out
 
 
 def collect(sweep_dir: str | Path) -> pd.DataFrame:

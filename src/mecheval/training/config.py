@@ -147,6 +147,17 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def flatten(d: dict, prefix: str = "") -> dict:
+    """The inverse of `set_dotted`: {"a": {"b": 1}} -> {"a.b": 1}; lists (and empty dicts) become JSON strings."""
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple, dict)) else value
+    return out
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`"a.b=value"` -> ("a.b", yaml-parsed value)."""
     key, sep, raw = text.partition("=")

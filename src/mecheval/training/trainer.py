@@ -24,7 +24,7 @@ import mecheval
 from mecheval.models import LM, build_model
 from mecheval.tasks import Batch, make_task
 from mecheval.training.checkpoint import atomic_save_tensors, atomic_write_text, load_checkpoint, save_checkpoint
-from mecheval.training.config import ConfigError, TrainConfig
+from mecheval.training.config import ConfigError, TrainConfig, flatten
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
 from mecheval.training.loggers import open_loggers
 from mecheval.training.run_dir import CHECKPOINT, METRICS, MODEL, WORKER, RunDir
@@ -74,16 +74,9 @@ def _check_same_run(run: RunDir, cfg: TrainConfig) -> None:
     old = run.read_config()
     if old.fingerprint() == cfg.fingerprint():
         return
-    a, b = _flat(old.model_dump(mode="json")), _flat(cfg.model_dump(mode="json"))
+    a, b = flatten(old.model_dump(mode="json")), flatten(cfg.model_dump(mode="json"))
     diff = [f"{k}: run has {a.get(k)!r}, given {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     raise ConfigError(f"{run.path} holds a run with a different config:\n  " + "\n  ".join(diff))
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bool = False) -> dict:
