@@ -52,6 +52,15 @@ def test_invalid_configs_raise_naming_the_field(kw, field):
         cfg(**kw)
 
 
+@pytest.mark.parametrize("mixer", [m for m in MIXERS if not MIXERS[m].has_conv])
+@pytest.mark.parametrize("conv", [1, 4, "long"])
+def test_a_mixer_without_a_conv_slot_rejects_one_when_built_directly(mixer, conv):
+    spec = MIXERS[mixer]
+    with pytest.raises(ValueError, match="has no short convolution: d_conv must be 0"):
+        spec.cls(16, conv, spec.options(), layer_idx=0, max_len=8)
+    spec.cls(16, 0, spec.options(), layer_idx=0, max_len=8)  # and accepts none
+
+
 @pytest.mark.parametrize("mixer", [m for m in MIXERS if MIXERS[m].has_conv])
 def test_every_conv_mixer_accepts_every_d_conv(mixer):
     assert [cfg(mixer=mixer, d_conv=c).d_conv for c in (0, 1, 4, "long")] == [[0] * 2, [1] * 2, [4] * 2, ["long"] * 2]

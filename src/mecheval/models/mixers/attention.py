@@ -24,10 +24,10 @@ class AttentionOptions(MixerOptions):
 
 
 class Attention(Mixer):
+    has_conv = False
+
     def __init__(self, d_model: int, conv: ConvSpec, options: AttentionOptions, layer_idx: int, max_len: int):
         super().__init__(d_model, conv, options, layer_idx, max_len)
-        if conv != 0:
-            raise ValueError("attention has no short convolution: d_conv must be 0")
         if d_model % options.n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by attention n_heads={options.n_heads}")
         self.n_heads = options.n_heads
@@ -59,4 +59,4 @@ class Attention(Mixer):
         return self.out(core.transpose(1, 2).reshape(B, D)), (keys, values)
 
 
-SPEC = MixerSpec(cls=Attention, options=AttentionOptions, default_conv=0, has_conv=False)
+SPEC = MixerSpec(cls=Attention, options=AttentionOptions, default_conv=0)

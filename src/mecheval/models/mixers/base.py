@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -24,10 +24,15 @@ class Mixer(nn.Module):
 
     Internal sites (identity `Site` modules the LM names `layers.{i}.conv_out` / `layers.{i}.core_out`)
     are attributes `conv_out` (only where a convolution exists) and `core_out`.
+    A mixer without a convolution slot sets `has_conv = False`; it then accepts only `conv == 0`.
     """
+
+    has_conv: ClassVar[bool] = True
 
     def __init__(self, d_model: int, conv: ConvSpec, options: MixerOptions, layer_idx: int, max_len: int):
         super().__init__()
+        if conv != 0 and not self.has_conv:
+            raise ValueError(f"{type(self).__name__} has no short convolution: d_conv must be 0, got {conv!r}")
         self.d_model, self.layer_idx, self.max_len = d_model, layer_idx, max_len
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, D] -> [B, T, D]
@@ -59,5 +64,9 @@ class MixerSpec:
     default_conv: ConvSpec  # the published short-conv kernel (0 where the mixer has none)
     default_mlp: bool = True
     default_norm: str = "layernorm"
-    has_conv: bool = True  # False: the mixer has no convolution slot (d_conv must be 0)
     has_recurrent: bool = True  # False: no step form (e.g. attention without a KV cache)
+
+    @property
+    def has_conv(self) -> bool:
+        """False: the mixer has no convolution slot (d_conv must be 0)."""
+        return self.cls.has_conv

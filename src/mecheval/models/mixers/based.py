@@ -42,10 +42,10 @@ def taylor_features(x: torch.Tensor) -> torch.Tensor:
 
 
 class Based(Mixer):
+    has_conv = False
+
     def __init__(self, d_model: int, conv: ConvSpec, options: BasedOptions, layer_idx: int, max_len: int):
         super().__init__(d_model, conv, options, layer_idx, max_len)
-        if conv != 0:
-            raise ValueError("based has no convolution of its own: d_conv must be 0")
         if d_model % options.n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by based n_heads={options.n_heads}")
         self.n_heads, self.feature_dim = options.n_heads, options.feature_dim
@@ -84,5 +84,5 @@ class Based(Mixer):
 
 
 SPEC = MixerSpec(
-    cls=Based, options=BasedOptions, default_conv=0, default_mlp=True, default_norm="layernorm", has_conv=False
+    cls=Based, options=BasedOptions, default_conv=0, default_mlp=True, default_norm="layernorm"
 )
