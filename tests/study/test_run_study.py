@@ -11,7 +11,7 @@ from tests.study.conftest import TINY
 def test_every_run_is_trained_and_intervened(tiny_study):
     out, report = tiny_study
     runs = pd.read_parquet(out / "runs.parquet")
-    assert len(runs) == 2 and set(runs["status"]) == {"done"}
+    assert len(runs) == 4 and set(runs["status"]) == {"done"}
     for name in runs["name"]:
         verdict = json.loads((out / "runs" / name / "verdict.json").read_text())
         assert verdict["verdict"] in ("induction", "direct retrieval", "mixed", "not learned")
@@ -23,6 +23,7 @@ def test_every_run_is_trained_and_intervened(tiny_study):
 
 def test_report_rows_are_the_architectures_with_their_labels(tiny_study):
     _, report = tiny_study
+    # one row per architecture: the best of its two learning rates
     assert sorted(report.summary["arch"]) == ["attention", "mamba (d_conv 0)"]
     assert report.summary["acc"].between(0, 1).all()
     text = report.markdown.read_text()
@@ -35,7 +36,7 @@ def test_report_rows_are_the_architectures_with_their_labels(tiny_study):
 def test_study_json_records_scale_and_time(tiny_study):
     out, _ = tiny_study
     meta = json.loads((out / "study.json").read_text())
-    assert meta["preset"] == "tiny" and meta["scale"] == "cpu" and meta["runs"] == 2
+    assert meta["preset"] == "tiny" and meta["scale"] == "cpu" and meta["runs"] == 4
     assert meta["wall_time_s"] == meta["train_s"] + meta["intervene_s"] > 0
 
 

@@ -48,9 +48,10 @@ def study_table(study_dir: str | Path) -> pd.DataFrame:
     published selection keeps) and the verdict fields (NaN where interventions were not run)."""
     study_dir = Path(study_dir)
     df = collect(study_dir)
+    # selected on the config columns alone, before derived columns (arch, acc) join them
+    best = set(best_lr(df)["name"]) if (df["status"] == "done").any() else set()
     df["arch"] = df.apply(arch_label, axis=1)
     df["acc"] = df.get(ACC)
-    best = set(best_lr(df)["name"]) if (df["status"] == "done").any() else set()
     df["best_lr"] = df["name"].isin(best)
     df["chance"] = [_chance(RunDir(study_dir / RUNS / name).read_config().task) for name in df["name"]]
     verdicts = []
