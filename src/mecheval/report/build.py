@@ -87,7 +87,8 @@ def build_report(study_dir: str | Path) -> Report:
     if summary["attrib@value"].notna().any():
         with_verdict = df[df["verdict"].notna()]
         pngs["attribution_scatter"] = figures.to_png(figures.scatter_figure(with_verdict))
-        pngs["attribution_boxes"] = figures.to_png(figures.boxes_figure(with_verdict))
+        if (with_verdict["verdict"] != "not learned").any():
+            pngs["attribution_boxes"] = figures.to_png(figures.boxes_figure(with_verdict))
     best_runs = best.sort_values("acc", ascending=False).drop_duplicates("arch")
     for _, row in best_runs.iterrows():
         path = study_dir / RUNS / row["name"] / HEATMAP

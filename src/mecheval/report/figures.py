@@ -49,31 +49,47 @@ def accuracy_figure(best: pd.DataFrame) -> Figure:
     return fig
 
 
+ATTRIB_FRAME = (-0.25, 1.25)  # attributions of runs that learned the task lie in [0, 1] up to noise
+
+
+def _learned(df: pd.DataFrame) -> pd.Series:
+    return df["verdict"] != "not learned"
+
+
 def scatter_figure(df: pd.DataFrame) -> Figure:
-    """attrib@value vs attrib@query, one point per run with interventions, coloured by architecture."""
+    """attrib@value vs attrib@query, one point per run with interventions, coloured by architecture.
+
+    Runs that did not learn the task are hollow; a run outside ATTRIB_FRAME (tiny effects make the
+    ratio unstable) is drawn at the frame's edge.
+    """
     rows = df.dropna(subset=["attrib@value", "attrib@query"])
     archs = list(dict.fromkeys(rows["arch"]))
     col = colours(archs)
     fig, ax = plt.subplots(figsize=(5, 4.2))
     for a in archs:
         r = rows[rows["arch"] == a]
-        ax.scatter(r["attrib@query"], r["attrib@value"], color=col[a], label=a, s=40, alpha=0.8, edgecolor="black", linewidth=0.4)
+        xy = r[["attrib@query", "attrib@value"]].astype(float).clip(*ATTRIB_FRAME)
+        learned = _learned(r).to_numpy()
+        ax.scatter(xy["attrib@query"][learned], xy["attrib@value"][learned], color=col[a], label=a, s=40,
+                   alpha=0.8, edgecolor="black", linewidth=0.4)
+        ax.scatter(xy["attrib@query"][~learned], xy["attrib@value"][~learned], facecolor="none", edgecolor=col[a],
+                   s=40, linewidth=1.2, label=None if learned.any() else f"{a} (not learned)")
     ax.axhline(0.8, color="grey", lw=0.6, ls="--")
     ax.axvline(0.2, color="grey", lw=0.6, ls="--")
     ax.set_xlabel("attrib @ query (direct retrieval)")
     ax.set_ylabel("attrib @ value (induction)")
-    lo = min(-0.15, rows["attrib@query"].min() - 0.05, rows["attrib@value"].min() - 0.05)
-    hi = max(1.15, rows["attrib@query"].max() + 0.05, rows["attrib@value"].max() + 0.05)
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
+    ax.set_xlim(*ATTRIB_FRAME)
+    ax.set_ylim(*ATTRIB_FRAME)
     ax.legend(fontsize=8, loc="center right")
-    ax.set_title("Where the association is stored (corrupt key, residual into the last layer)", fontsize=9)
+    ax.set_title("Where the association is stored (corrupt key, residual into the last layer;\n"
+                 "hollow: not learned, drawn at the edge when outside the frame)", fontsize=8)
     return fig
 
 
 def boxes_figure(df: pd.DataFrame) -> Figure:
-    """Box plots per architecture of attrib@key / @value / @query over its runs."""
+    """Box plots per architecture of attrib@key / @value / @query over its runs that learned the task."""
     rows = df.dropna(subset=["attrib@value"])
+    rows = rows[_learned(rows)]
     archs = list(dict.fromkeys(rows["arch"]))
     fig, axes = plt.subplots(1, len(POSITIONS), figsize=(3.2 * len(POSITIONS), 3.4), sharey=True)
     for ax, pos in zip(axes, POSITIONS):

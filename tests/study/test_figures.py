@@ -1,0 +1,43 @@
+"""Report figures: the attribution scatter keeps every run inside its frame and marks unlearned runs."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mecheval.report.figures import ATTRIB_FRAME, boxes_figure, scatter_figure
+
+attrib = st.floats(-5, 5, allow_nan=False)
+run = st.tuples(st.sampled_from(["attention", "mamba", "h3"]), attrib, attrib, attrib,
+                st.sampled_from(["induction", "direct retrieval", "mixed", "not learned"]))
+
+
+def frame(runs) -> pd.DataFrame:
+    return pd.DataFrame(runs, columns=["arch", "attrib@key", "attrib@value", "attrib@query", "verdict"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(run, min_size=1, max_size=12))
+def test_scatter_draws_every_run_once_inside_the_frame_hollow_when_not_learned(runs):
+    df = frame(runs)
+    fig = scatter_figure(df)
+    ax = fig.axes[0]
+    points = [(tuple(xy), c.get_facecolors()) for c in ax.collections for xy in c.get_offsets()]
+    assert len(points) == len(df)
+    lo, hi = ATTRIB_FRAME
+    assert all(lo <= v <= hi for xy, _ in points for v in xy)
+    assert ax.get_xlim() == ATTRIB_FRAME and ax.get_ylim() == ATTRIB_FRAME
+    hollow = sum(1 for c in ax.collections for _ in c.get_offsets() if len(c.get_facecolors()) == 0)
+    assert hollow == (df["verdict"] == "not learned").sum()
+    expected = sorted(zip(np.clip(df["attrib@query"], lo, hi), np.clip(df["attrib@value"], lo, hi)))
+    np.testing.assert_allclose(sorted(xy for xy, _ in points), expected)
+    plt.close(fig)
+
+
+def test_boxes_leave_out_runs_that_did_not_learn():
+    df = frame([("attention", 0.0, 1.0, 0.0, "induction"), ("h3", 3.0, -2.0, 0.1, "not learned"),
+                ("mamba", 0.4, 0.0, 0.5, "direct retrieval")])
+    fig = boxes_figure(df)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["attention", "mamba"]
+    plt.close(fig)
