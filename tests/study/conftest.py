@@ -14,7 +14,7 @@ TINY = Study(
     archs=[_arch("attention", d_model=16), _arch("mamba", d_model=16, d_conv=0)],
     steps=(60, 60),
     cpu_lrs=[1e-3, 3e-3],
-    sites=("resid_pre", "conv_out"),
+    sites=("resid_pre", "conv_out", "core_out"),
     findings=("attention_induction", "mamba_noconv_fails", "h3_hyena_poor"),
 )
 

@@ -30,7 +30,13 @@ def test_report_rows_are_the_architectures_with_their_labels(tiny_study):
     for claim in ("Attention reaches high AR accuracy", "Mamba with d_conv 0 or 1 fails AR", "H3 and Hyena"):
         assert claim in text
     assert "not run" in text  # h3/hyena were not in this study
-    assert (report.html.parent / "figures" / "accuracy.png").stat().st_size > 1000
+    figures = report.html.parent / "figures"
+    assert (figures / "accuracy.png").stat().st_size > 1000
+    # a heatmap per architecture and site it has: the residual stream and each mixer's core output
+    heatmaps = sorted(p.name for p in figures.glob("heatmap_*.png"))
+    assert heatmaps == ["heatmap_attention.png", "heatmap_attention_core_out.png",
+                        "heatmap_mamba_d_conv_0.png", "heatmap_mamba_d_conv_0_core_out.png"]
+    assert text.index("heatmap_mamba_d_conv_0.png") < text.index("heatmap_mamba_d_conv_0_core_out.png")
 
 
 def test_study_json_records_scale_and_time(tiny_study):

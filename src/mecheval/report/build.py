@@ -3,7 +3,7 @@
 Sections: the published findings checked; accuracy (best learning rate per architecture and width,
 the published figure beside ours); the mechanism verdicts beside the published ones; seeds (mean and
 spread where several ran); figures (accuracy, attribution scatter and boxes, heatmaps of the best run
-per architecture, as `mecheval intervene` drew them).
+per architecture and site, as `mecheval intervene` drew them).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from mecheval.study.results import study_table
 from mecheval.sweeps.runner import RUNS
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
-HEATMAP = "interventions/key_resid_pre.png"
+HEATMAPS = "interventions/key_*.png"  # drawn by `mecheval intervene`: corrupt key, one per site
+RESID_HEATMAP = "key_resid_pre.png"
 
 
 @dataclass
@@ -91,9 +92,11 @@ def build_report(study_dir: str | Path) -> Report:
             pngs["attribution_boxes"] = figures.to_png(figures.boxes_figure(with_verdict))
     best_runs = best.sort_values("acc", ascending=False).drop_duplicates("arch")
     for _, row in best_runs.iterrows():
-        path = study_dir / RUNS / row["name"] / HEATMAP
-        if path.exists():
-            pngs[f"heatmap {row['arch']}"] = path.read_bytes()
+        # the residual stream first, then the sites inside the mixers (conv_out, core_out, ...)
+        paths = sorted((study_dir / RUNS / row["name"]).glob(HEATMAPS), key=lambda p: (p.name != RESID_HEATMAP, p.name))
+        for path in paths:
+            site = path.stem.removeprefix("key_")
+            pngs[f"heatmap {row['arch']}" + ("" if path.name == RESID_HEATMAP else f" {site}")] = path.read_bytes()
     files = {}
     for name, data in pngs.items():
         files[name] = fig_dir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
