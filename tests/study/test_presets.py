@@ -14,10 +14,11 @@ def test_every_preset_expands_to_valid_runs(name, scale):
     n_grid = len(PAPER_WIDTHS) * len(PAPER_LRS) if scale == "paper" else len(study.cpu_lrs)
     for values in study.paper_grid.values() if scale == "paper" else []:
         n_grid *= len(values)
-    assert len(runs) == len(study.archs) * n_grid
+    archs = study.archs if scale == "paper" else study.cpu_archs or study.archs
+    assert len(runs) == len(archs) * n_grid
     assert len({r.name for r in runs}) == len(runs)
     presets = {r.config.model.preset for r in runs}
-    assert presets == {a["model.preset"] for a in study.archs}
+    assert presets == {a["model.preset"] for a in archs}
 
 
 def test_paper_scale_is_the_published_setup():
