@@ -25,3 +25,22 @@ def tiny_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
     report = run_study(TINY, out, workers=1, n_examples=64, quiet=True)
     return out, report
+
+
+TINY_HELDOUT = Study(
+    name="tiny-heldout",
+    description="ATR with held-out (query, target) pairs, for tests",
+    cpu_drops="nearly everything",
+    task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
+    cpu_task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
+    archs=[_arch("attention", d_model=16)],
+    steps=(30, 30),
+    base={"eval.splits": ["train", "test", "heldout"]},
+    min_effect=0.1,
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_heldout_study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("heldout")
+    return out, run_study(TINY_HELDOUT, out, workers=1, n_examples=32, quiet=True)

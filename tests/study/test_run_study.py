@@ -3,7 +3,9 @@
 import json
 
 import pandas as pd
+from rich.console import Console
 
+from mecheval.report.terminal import print_summary
 from mecheval.study import run_study
 from tests.study.conftest import TINY
 
@@ -52,3 +54,17 @@ def test_rerunning_a_finished_study_retrains_and_reintervenes_nothing(tiny_study
     before = {f: f.stat().st_mtime_ns for f in files}
     run_study(TINY, out, workers=1, n_examples=64, quiet=True)
     assert {f: f.stat().st_mtime_ns for f in files} == before
+
+
+def test_held_out_accuracy_is_reported_where_the_study_evaluates_it(tiny_heldout_study, tiny_study):
+    out, report = tiny_heldout_study
+    [name] = pd.read_parquet(out / "runs.parquet")["name"]
+    summary = json.loads((out / "runs" / name / "summary.json").read_text())
+    assert report.summary["acc_heldout"].tolist() == [summary["final"]["heldout"]["acc"]]
+    assert report.summary["acc"].tolist() == [summary["final"]["test"]["acc"]]
+    console = Console(record=True, width=200)
+    print_summary(report, console)
+    assert "heldout" in console.export_text()
+    assert "acc_heldout" in report.markdown.read_text()
+    # a study without the split has no such column
+    assert "acc_heldout" not in tiny_study[1].summary

@@ -51,8 +51,9 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     ]
     best["published_verdict"] = [published_verdict(t, a) for t, a in zip(task, best["arch"])]
     best["agree"] = [_agree(o, p) for o, p in zip(best["verdict"], best["published_verdict"])]
-    cols = ["arch", "model.d_model", "optim.lr", "acc", "published_acc", "verdict", "published_verdict", "agree",
-            "attrib@key", "attrib@value", "attrib@query", "effect"]
+    cols = ["arch", "model.d_model", "optim.lr", "acc", *(["acc_heldout"] if "acc_heldout" in best else []),
+            "published_acc", "verdict", "published_verdict", "agree", "attrib@key", "attrib@value", "attrib@query",
+            "effect"]
     return best[cols].astype({"published_acc": float}).reset_index(drop=True)
 
 
@@ -111,7 +112,8 @@ def build_report(study_dir: str | Path) -> Report:
     ]
     if seeds is not None:
         sections.append(("Seeds", seeds, "Mean and spread over seeds."))
-    runs_cols = ["name", "arch", "model.d_model", "optim.lr", "seed", "status", "acc", "verdict", "summary.wall_time_s"]
+    runs_cols = ["name", "arch", "model.d_model", "optim.lr", "seed", "status", "acc", "acc_heldout", "verdict",
+                 "summary.wall_time_s"]
     sections.append(("All runs", df[[c for c in runs_cols if c in df]], ""))
 
     md = [f"# {title}", "", meta.get("description", ""), ""]

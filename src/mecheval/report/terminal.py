@@ -13,7 +13,9 @@ STYLE = {"agree": "green", "disagree": "red"}
 def print_summary(report: Report, console: Console | None = None) -> None:
     """One row per (architecture, width): accuracy and verdict beside the published ones."""
     table = Table(title=f"{report.html.parent.name}: best learning rate per architecture (ours | published)")
-    for col in ("arch", "d", "lr", "acc", "pub acc", "verdict", "pub verdict", "", "@key", "@value", "@query"):
+    heldout = "acc_heldout" in report.summary
+    for col in ("arch", "d", "lr", "acc", *(["heldout"] if heldout else []), "pub acc", "verdict", "pub verdict", "",
+                "@key", "@value", "@query"):
         text = col in ("arch", "verdict", "pub verdict", "")
         table.add_column(col, justify="left" if text else "right", no_wrap=text)
 
@@ -23,7 +25,8 @@ def print_summary(report: Report, console: Console | None = None) -> None:
     for _, r in report.summary.iterrows():
         agree = r["agree"]
         table.add_row(
-            r["arch"], str(r["model.d_model"]), num(r["optim.lr"], "{:g}"), num(r["acc"]), num(r["published_acc"]),
+            r["arch"], str(r["model.d_model"]), num(r["optim.lr"], "{:g}"), num(r["acc"]),
+            *([num(r["acc_heldout"])] if heldout else []), num(r["published_acc"]),
             *(v if isinstance(v, str) else "-" for v in (r["verdict"], r["published_verdict"])),
             f"[{STYLE[agree]}]{agree}[/]" if agree in STYLE else "",
             num(r["attrib@key"]), num(r["attrib@value"]), num(r["attrib@query"]),

@@ -13,6 +13,7 @@ from mecheval.sweeps.table import best_lr, collect
 from mecheval.training.run_dir import RunDir
 
 ACC = "summary.final.test.acc"
+HELDOUT_ACC = "summary.final.heldout.acc"  # ATR's generalisation split, where the study evaluates it
 VERDICT_FIELDS = ("verdict", "effect", "attrib@key", "attrib@value", "attrib@query")
 
 
@@ -44,7 +45,8 @@ def arch_label(row: pd.Series) -> str:
 
 
 def study_table(study_dir: str | Path) -> pd.DataFrame:
-    """Every run of the study: config, summary, `arch`, `acc`, `best_lr` (True for the runs the
+    """Every run of the study: config, summary, `arch`, `acc` (`acc_heldout` too where the held-out
+    split was evaluated), `best_lr` (True for the runs the
     published selection keeps) and the verdict fields (NaN where interventions were not run)."""
     study_dir = Path(study_dir)
     df = collect(study_dir)
@@ -52,6 +54,8 @@ def study_table(study_dir: str | Path) -> pd.DataFrame:
     best = set(best_lr(df)["name"]) if (df["status"] == "done").any() else set()
     df["arch"] = df.apply(arch_label, axis=1)
     df["acc"] = df.get(ACC)
+    if HELDOUT_ACC in df:
+        df["acc_heldout"] = df[HELDOUT_ACC]
     df["best_lr"] = df["name"].isin(best)
     df["chance"] = [_chance(RunDir(study_dir / RUNS / name).read_config().task) for name in df["name"]]
     verdicts = []
