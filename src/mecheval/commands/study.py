@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
 
         if list_:
             for s in STUDIES.values():
-                typer.echo(f"{s.name:20s} {s.description}\n{'':20s} cpu scale: {s.cpu_drops}")
+                typer.echo(f"{s.name:20s} {s.description}\n{'':20s} cpu scale: {s.cpu_drops}\n"
+                           f"{'':20s} measured: {s.cpu_measured}")
             return
         if preset not in STUDIES:
             raise typer.BadParameter(f"unknown study {preset!r}; known: {', '.join(STUDIES)}", param_hint="PRESET")

@@ -56,6 +56,7 @@ class Study:
     sites: tuple[str, ...] = ("resid_pre",)
     min_effect: float = 0.01  # the published filter: 0.01 on AR, 0.1 on ATR
     findings: tuple[str, ...] = ()  # ids of `mecheval.study.findings.FINDINGS` checked in the report
+    cpu_measured: str = "not timed yet"  # how long the cpu scale took here, and on what
 
     def sweep(self, scale: str) -> dict:
         if scale not in SCALES:
@@ -77,6 +78,7 @@ STUDIES: dict[str, Study] = {
     for s in [
         Study(
             name="quick",
+            cpu_measured="8.4 min on 2 shared CPU cores (2026-11-30)",
             description="Attention vs Mamba vs Mamba without its short convolution on AR (the README's study).",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU,
@@ -85,6 +87,7 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             name="ar-architectures",
+            cpu_measured="13.5 min on 2 shared CPU cores (2026-11-30)",
             description="The zoo on AR: accuracy by width, best learning rate, mechanism per architecture.",
             cpu_drops="one width (64), learning rates {1e-3, 3e-3}, 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch(a) for a in ZOO], steps=AR_STEPS, cpu_lrs=[1e-3, 3e-3],
@@ -92,6 +95,7 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             name="ar-mamba-conv",
+            cpu_measured="12.8 min on 2 shared CPU cores (2026-11-30)",
             description="Mamba with d_conv 0/1/2/3/4 on AR; interventions on the residual and inside the mixer.",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("mamba", d_conv=k) for k in (0, 1, 2, 3, 4)],
@@ -100,6 +104,7 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             name="ar-based-conv",
+            cpu_measured="4.1 min on 2 shared CPU cores (2026-11-30)",
             description="Based with its layer-0 convolution of kernel 1/2/3/4 or a long convolution, on AR.",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("based", d_conv=[k, 0]) for k in (1, 2, 3, 4, "long")],
@@ -126,6 +131,7 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             name="atr-mamba-noconv",
+            cpu_measured="19.9 min on 2 shared CPU cores (2026-11-30)",
             description="Mamba without its short convolution on ATR easy (and with it, for contrast).",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
             task={"name": "atr", "params": {"grammar": "easy"}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
