@@ -33,3 +33,23 @@ def test_best_lr_is_the_max_per_group(rows):
         group = done[(done[keys] == row[keys]).all(axis=1)] if keys else done
         assert row[METRIC] == group[METRIC].max()
         assert row["optim.lr"] == group[group[METRIC] == row[METRIC]]["optim.lr"].min()  # ties: smaller lr
+
+
+seeded_runs = st.lists(
+    st.tuples(st.sampled_from(["attention", "based"]), st.sampled_from([1e-3, 3e-3]), st.sampled_from([0, 1, 2]),
+              st.sampled_from([0.0, 0.25, 0.5, 1.0])),
+    min_size=1, max_size=20, unique_by=lambda r: r[:3],
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seeded_runs)
+def test_best_lr_over_seeds_keeps_every_seed_of_the_best_mean(rows):
+    df = pd.DataFrame([{"name": f"r{i}", "status": "done", "model.mixer": m, "optim.lr": lr, "seed": seed, METRIC: acc}
+                       for i, (m, lr, seed, acc) in enumerate(rows)])
+    best = best_lr(df)
+    for mixer, runs in df.groupby("model.mixer"):
+        means = runs.groupby("optim.lr")[METRIC].mean()
+        want_lr = min(lr for lr, m in means.items() if m == means.max())
+        chosen = best[best["model.mixer"] == mixer] if "model.mixer" in best else best
+        assert set(chosen["name"]) == set(runs[runs["optim.lr"] == want_lr]["name"])

@@ -41,20 +41,40 @@ def _agree(ours, theirs) -> str:
     return "agree" if ours == theirs else "disagree"
 
 
+def _mode(values: pd.Series):
+    """The most common value (ties: the first in sorted order); None where all are missing."""
+    counts = values.dropna().value_counts()
+    return None if counts.empty else sorted(counts[counts == counts.max()].index)[0]
+
+
+GRAMMAR = "task.params.grammar"
+MEANS = ("acc", "acc_heldout", "attrib@key", "attrib@value", "attrib@query", "effect")
+
+
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
-    """Best-lr runs, one row per (arch, width), mean over seeds, with the published figures beside."""
-    best = df[df["best_lr"]].copy()
-    task = best["task.name"]
-    grammar = best["task.params.grammar"] if "task.params.grammar" in best else pd.Series(None, index=best.index)
-    best["published_acc"] = [
-        published_accuracy(t, g, a, int(w)) for t, g, a, w in zip(task, grammar, best["arch"], best["model.d_model"])
-    ]
-    best["published_verdict"] = [published_verdict(t, a) for t, a in zip(task, best["arch"])]
-    best["agree"] = [_agree(o, p) for o, p in zip(best["verdict"], best["published_verdict"])]
-    cols = ["arch", "model.d_model", "optim.lr", "acc", *(["acc_heldout"] if "acc_heldout" in best else []),
-            "published_acc", "verdict", "published_verdict", "agree", "attrib@key", "attrib@value", "attrib@query",
-            "effect"]
-    return best[cols].astype({"published_acc": float}).reset_index(drop=True)
+    """Best-lr runs, one row per (arch, width[, grammar]): accuracy and attributions averaged over seeds
+    (`seeds` counts them), the most common verdict, and the published figures beside."""
+    best = df[df["best_lr"]]
+    by = ["arch", "model.d_model", "optim.lr"] + ([GRAMMAR] if GRAMMAR in best else [])
+    means = [c for c in MEANS if c in best]
+    g = best.groupby(by, sort=False, dropna=False)
+    out = g[means].mean().join(g.agg(seeds=("seed", "nunique"), verdict=("verdict", _mode), task=("task.name", "first")))
+    out = out.reset_index()
+    grammar = out[GRAMMAR] if GRAMMAR in out else pd.Series(None, index=out.index)
+    out["published_acc"] = [published_accuracy(t, gr, a, int(w))
+                            for t, gr, a, w in zip(out["task"], grammar, out["arch"], out["model.d_model"])]
+    out["published_verdict"] = [published_verdict(t, a) for t, a in zip(out["task"], out["arch"])]
+    out["agree"] = [_agree(o, p) for o, p in zip(out["verdict"], out["published_verdict"])]
+    shown_grammar = [GRAMMAR] if GRAMMAR in out and out[GRAMMAR].nunique() > 1 else []
+    cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
+            *(["acc_heldout"] if "acc_heldout" in out else []), "published_acc", "verdict", "published_verdict",
+            "agree", "attrib@key", "attrib@value", "attrib@query", "effect"]
+    return out[cols].astype({"published_acc": float}).reset_index(drop=True)
+
+
+def accuracy_bars(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with one bar label per row: `arch · grammar` where the study ran several grammars."""
+    return summary.assign(arch=summary["arch"] + " · " + summary[GRAMMAR]) if GRAMMAR in summary else summary
 
 
 def seeds_table(df: pd.DataFrame) -> pd.DataFrame | None:
@@ -85,7 +105,7 @@ def build_report(study_dir: str | Path) -> Report:
 
     fig_dir = study_dir / "figures"
     fig_dir.mkdir(exist_ok=True)
-    pngs: dict[str, bytes] = {"accuracy": figures.to_png(figures.accuracy_figure(summary))}
+    pngs: dict[str, bytes] = {"accuracy": figures.to_png(figures.accuracy_figure(accuracy_bars(summary)))}
     if summary["attrib@value"].notna().any():
         with_verdict = df[df["verdict"].notna()]
         pngs["attribution_scatter"] = figures.to_png(figures.scatter_figure(with_verdict))

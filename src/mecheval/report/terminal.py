@@ -5,32 +5,43 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from mecheval.report.build import Report
+from mecheval.report.build import GRAMMAR, Report
 
 STYLE = {"agree": "green", "disagree": "red"}
 
 
+def _num(v, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None or v != v else fmt.format(v)
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else "-"
+
+
 def print_summary(report: Report, console: Console | None = None) -> None:
-    """One row per (architecture, width): accuracy and verdict beside the published ones."""
+    """One row per (architecture, width[, grammar]): accuracy and verdict beside the published ones;
+    the grammar, seed count and held-out accuracy columns appear where the study has them."""
+    summary = report.summary
+    columns = [  # (header, cell, is text, shown)
+        ("arch", lambda r: r["arch"], True, True),
+        ("grammar", lambda r: _text(r.get(GRAMMAR)), True, GRAMMAR in summary),
+        ("d", lambda r: str(r["model.d_model"]), False, True),
+        ("lr", lambda r: _num(r["optim.lr"], "{:g}"), False, True),
+        ("seeds", lambda r: str(r["seeds"]), False, summary["seeds"].max() > 1),
+        ("acc", lambda r: _num(r["acc"]), False, True),
+        ("heldout", lambda r: _num(r.get("acc_heldout")), False, "acc_heldout" in summary),
+        ("pub acc", lambda r: _num(r["published_acc"]), False, True),
+        ("verdict", lambda r: _text(r["verdict"]), True, True),
+        ("pub verdict", lambda r: _text(r["published_verdict"]), True, True),
+        ("", lambda r: f"[{STYLE[r['agree']]}]{r['agree']}[/]" if r["agree"] in STYLE else "", True, True),
+        *((f"@{pos}", lambda r, pos=pos: _num(r[f"attrib@{pos}"]), False, True) for pos in ("key", "value", "query")),
+    ]
+    columns = [c for c in columns if c[3]]
     table = Table(title=f"{report.html.parent.name}: best learning rate per architecture (ours | published)")
-    heldout = "acc_heldout" in report.summary
-    for col in ("arch", "d", "lr", "acc", *(["heldout"] if heldout else []), "pub acc", "verdict", "pub verdict", "",
-                "@key", "@value", "@query"):
-        text = col in ("arch", "verdict", "pub verdict", "")
-        table.add_column(col, justify="left" if text else "right", no_wrap=text)
-
-    def num(v, fmt="{:.2f}"):
-        return "-" if v is None or v != v else fmt.format(v)
-
-    for _, r in report.summary.iterrows():
-        agree = r["agree"]
-        table.add_row(
-            r["arch"], str(r["model.d_model"]), num(r["optim.lr"], "{:g}"), num(r["acc"]),
-            *([num(r["acc_heldout"])] if heldout else []), num(r["published_acc"]),
-            *(v if isinstance(v, str) else "-" for v in (r["verdict"], r["published_verdict"])),
-            f"[{STYLE[agree]}]{agree}[/]" if agree in STYLE else "",
-            num(r["attrib@key"]), num(r["attrib@value"]), num(r["attrib@query"]),
-        )
+    for header, _, text, _ in columns:
+        table.add_column(header, justify="left" if text else "right", no_wrap=text)
+    for _, r in summary.iterrows():
+        table.add_row(*(cell(r) for _, cell, _, _ in columns))
     console = console or Console()
     if not console.is_terminal:  # a pipe or a log: no width to fit, print the table whole
         console.width = max(console.width, 150)

@@ -15,6 +15,7 @@ from mecheval.training.config import flatten
 from mecheval.training.run_dir import CONFIG, RunDir
 
 LR = "optim.lr"
+SEED = "seed"
 DEFAULT_METRIC = "summary.final.test.acc"
 
 
@@ -40,14 +41,20 @@ def varying(df: pd.DataFrame) -> list[str]:
 
 
 def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """Per group of the varying config fields other than the learning rate, the finished run with the
-    highest `metric` (the published selection: best learning rate per architecture and width).
+    """Per group of the varying config fields other than the learning rate and the seed, the finished
+    runs of the learning rate with the highest mean `metric` over seeds (the published selection: best
+    learning rate per architecture and width); every seed of that learning rate is kept.
     Ties go to the smaller learning rate.
     """
     done = df[df["status"] == "done"]
     if metric not in done.columns:
         raise KeyError(f"no column {metric!r} among finished runs; metrics: {[c for c in df.columns if c.startswith('summary.')]}")
-    keys = [c for c in varying(done) if c != LR]
-    ordered = done.sort_values([metric, LR], ascending=[False, True], kind="stable")
-    best = ordered.drop_duplicates(subset=keys, keep="first") if keys else ordered.head(1)
-    return best.sort_values(keys or ["name"], kind="stable").reset_index(drop=True)
+    keys = [c for c in varying(done) if c not in (LR, SEED)]
+    # group on string forms: list-valued fields are JSON strings, but NaN/None must group too
+    group = done[keys].astype(str).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
+    means = done.groupby([group, done[LR]])[metric].mean().rename("mean").reset_index()
+    means.columns = ["group", LR, "mean"]
+    chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")
+    picked = set(zip(chosen["group"], chosen[LR]))
+    best = done.loc[[(g, lr) in picked for g, lr in zip(group, done[LR])]]
+    return best.sort_values(keys + ([SEED] if SEED in best else []) or ["name"], kind="stable").reset_index(drop=True)

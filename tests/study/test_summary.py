@@ -1,0 +1,66 @@
+"""The report's summary over seeds and grammars: one row per (architecture, width[, grammar])."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from rich.console import Console
+
+from mecheval.report.build import GRAMMAR, Report, accuracy_bars, seeds_table, summarise
+from mecheval.report.figures import accuracy_figure
+from mecheval.report.terminal import print_summary
+
+
+def study_rows(grammars=("easy",)) -> pd.DataFrame:
+    rows = []
+    for grammar in grammars:
+        for arch, accs, verdicts in [("attention", [1.0, 0.8, 0.9], ["induction", "induction", "mixed"]),
+                                     ("mamba", [0.5, 0.7, 0.6], ["direct retrieval"] * 3)]:
+            for seed, (acc, verdict) in enumerate(zip(accs, verdicts)):
+                rows.append({"name": f"{arch}-{grammar}-{seed}", "status": "done", "arch": arch, "model.d_model": 64,
+                             "optim.lr": 3e-3, "seed": seed, "acc": acc, "verdict": verdict, "best_lr": True,
+                             "attrib@key": 0.0, "attrib@value": acc, "attrib@query": 0.0, "effect": 0.5,
+                             "task.name": "atr", GRAMMAR: grammar})
+    return pd.DataFrame(rows)
+
+
+def test_seeds_are_averaged_into_one_row_with_the_most_common_verdict():
+    summary = summarise(study_rows())
+    assert summary["arch"].tolist() == ["attention", "mamba"]
+    assert summary["seeds"].tolist() == [3, 3]
+    np.testing.assert_allclose(summary["acc"], [0.9, 0.6])
+    assert summary["verdict"].tolist() == ["induction", "direct retrieval"]
+    assert GRAMMAR not in summary  # one grammar: no column for it
+    seeds = seeds_table(study_rows())
+    np.testing.assert_allclose(seeds["acc_std"], [0.1, 0.1])
+    assert seeds["acc_min"].tolist() == [0.8, 0.5] and seeds["acc_max"].tolist() == [1.0, 0.7]
+
+
+def test_several_grammars_keep_a_row_each_and_draw():
+    summary = summarise(study_rows(("easy", "medium")))
+    assert list(zip(summary["arch"], summary[GRAMMAR])) == [
+        ("attention", "easy"), ("mamba", "easy"), ("attention", "medium"), ("mamba", "medium")]
+    published = summary.set_index(["arch", GRAMMAR])["published_acc"]
+    assert published[("mamba", "easy")] != published[("mamba", "medium")]  # looked up per grammar
+
+
+@pytest.mark.parametrize("grammars", [("easy",), ("easy", "medium")])
+def test_one_bar_per_summary_row(grammars):
+    summary = summarise(study_rows(grammars))
+    fig = accuracy_figure(accuracy_bars(summary))
+    assert len(fig.axes[0].patches) == len(summary)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == (["attention", "mamba"] if len(grammars) == 1 else
+                      ["attention · easy", "mamba · easy", "attention · medium", "mamba · medium"])
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("grammars", [("easy",), ("easy", "medium")])
+def test_terminal_shows_seeds_and_grammar_columns_where_the_study_has_them(grammars, tmp_path):
+    summary = summarise(study_rows(grammars))
+    console = Console(record=True, width=250)
+    print_summary(Report(tmp_path / "report.md", tmp_path / "report.html", summary), console)
+    header = console.export_text().splitlines()[2]
+    assert "seeds" in header and ("grammar" in header) == (len(grammars) > 1)
+    assert "heldout" not in header
