@@ -114,6 +114,7 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             name="atr",
+            cpu_measured="51 min on 2 shared CPU cores (2026-11-30; H3 and Mamba take 20 min each)",
             description="The three published grammars × the zoo on ATR, with interventions.",
             cpu_drops="the easy grammar only, one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
             task={"name": "atr", "params": {}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
