@@ -73,6 +73,18 @@ def _mamba_vs_attention(df: pd.DataFrame) -> Outcome:
     return Outcome("reproduced" if m >= a - 0.01 else "not reproduced", f"mamba acc {m:.2f} vs attention {a:.2f}")
 
 
+def _atr_storage(df: pd.DataFrame) -> Outcome:
+    """attrib@value high (>= 0.8) for attention and Based, low (< 0.2) for Mamba, H3 and Hyena."""
+    high, low = ["attention", "based"], ["mamba", "h3", "hyena"]
+    rows = df[df["arch"].isin(high + low)].dropna(subset=["attrib@value"])
+    if rows.empty:
+        return Outcome("not run", f"no intervened runs of {', '.join(high + low)}")
+    ok = all((r["attrib@value"] >= 0.8) == (r["arch"] in high) and (r["arch"] in high or r["attrib@value"] < 0.2)
+             for _, r in rows.iterrows())
+    evidence = "; ".join(f"{r['arch']} @value {r['attrib@value']:.2f}" for _, r in rows.iterrows())
+    return Outcome("reproduced" if ok else "not reproduced", evidence)
+
+
 FINDINGS: dict[str, Finding] = {
     f.id: f
     for f in [
@@ -89,6 +101,8 @@ FINDINGS: dict[str, Finding] = {
         Finding("h3_hyena_poor", "H3 and Hyena do poorly on AR.",
                 _each(["h3", "hyena"], lambda r: r["acc"] < HIGH_ACC / 2)),
         Finding("atr_mamba_vs_attention", "On ATR easy, Mamba is at least as accurate as attention.", _mamba_vs_attention),
+        Finding("atr_storage", "On ATR, only attention and Based store the association at the value (attrib@value high); "
+                "Mamba, H3 and Hyena do not.", _atr_storage),
         Finding("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high attrib@value).",
                 _each(["mamba (d_conv 0)"], lambda r: (r.get("attrib@value") or 0) >= 0.5)),
     ]

@@ -119,10 +119,11 @@ STUDIES: dict[str, Study] = {
             cpu_drops="the easy grammar only, one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
             task={"name": "atr", "params": {}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
             archs=[_arch(a) for a in ZOO], steps=ATR_STEPS, min_effect=0.1,
-            paper_grid={"task.params.grammar": ATR_GRAMMARS}, findings=("atr_mamba_vs_attention",),
+            paper_grid={"task.params.grammar": ATR_GRAMMARS}, findings=("atr_mamba_vs_attention", "atr_storage"),
         ),
         Study(
             name="atr-generalisation",
+            cpu_measured="27.7 min on 2 shared CPU cores with --workers 1 (2026-11-30)",
             description="ATR easy with 20% of (query, target) pairs held out of training; accuracy on them.",
             cpu_drops="three mixers (attention, based, mamba), one width (64), one learning rate (3e-3), "
                       "3,000 steps of batch 128",
