@@ -79,8 +79,7 @@ def _atr_storage(df: pd.DataFrame) -> Outcome:
     rows = df[df["arch"].isin(high + low)].dropna(subset=["attrib@value"])
     if rows.empty:
         return Outcome("not run", f"no intervened runs of {', '.join(high + low)}")
-    ok = all((r["attrib@value"] >= 0.8) == (r["arch"] in high) and (r["arch"] in high or r["attrib@value"] < 0.2)
-             for _, r in rows.iterrows())
+    ok = all(r["attrib@value"] >= 0.8 if r["arch"] in high else r["attrib@value"] < 0.2 for _, r in rows.iterrows())
     evidence = "; ".join(f"{r['arch']} @value {r['attrib@value']:.2f}" for _, r in rows.iterrows())
     return Outcome("reproduced" if ok else "not reproduced", evidence)
 
