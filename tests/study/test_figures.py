@@ -32,6 +32,10 @@ def test_scatter_draws_every_run_once_inside_the_frame_hollow_when_not_learned(r
     assert hollow == (df["verdict"] == "not learned").sum()
     expected = sorted(zip(np.clip(df["attrib@query"], lo, hi), np.clip(df["attrib@value"], lo, hi)))
     np.testing.assert_allclose(sorted(xy for xy, _ in points), expected)
+    # one legend entry per architecture, marked where none of its runs learned the task
+    learned = df.groupby("arch")["verdict"].agg(lambda v: (v != "not learned").any())
+    legend = sorted(t.get_text() for t in ax.get_legend().get_texts())
+    assert legend == sorted(a if ok else f"{a} (not learned)" for a, ok in learned.items())
     plt.close(fig)
 
 

@@ -70,8 +70,8 @@ def scatter_figure(df: pd.DataFrame) -> Figure:
         r = rows[rows["arch"] == a]
         xy = r[["attrib@query", "attrib@value"]].astype(float).clip(*ATTRIB_FRAME)
         learned = _learned(r).to_numpy()
-        ax.scatter(xy["attrib@query"][learned], xy["attrib@value"][learned], color=col[a], label=a, s=40,
-                   alpha=0.8, edgecolor="black", linewidth=0.4)
+        ax.scatter(xy["attrib@query"][learned], xy["attrib@value"][learned], color=col[a], s=40,
+                   label=a if learned.any() else None, alpha=0.8, edgecolor="black", linewidth=0.4)
         ax.scatter(xy["attrib@query"][~learned], xy["attrib@value"][~learned], facecolor="none", edgecolor=col[a],
                    s=40, linewidth=1.2, label=None if learned.any() else f"{a} (not learned)")
     ax.axhline(0.8, color="grey", lw=0.6, ls="--")
