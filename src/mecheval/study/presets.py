@@ -135,7 +135,7 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             name="atr-mamba-noconv",
-            cpu_measured="19.9 min on 2 shared CPU cores (2026-11-30)",
+            cpu_measured="19.2 min on 2 shared CPU cores (2026-11-30)",
             description="Mamba without its short convolution on ATR easy (and with it, for contrast).",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
             task={"name": "atr", "params": {"grammar": "easy"}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
