@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 LABELS = ("induction", "direct retrieval", "mixed", "not learned")
+HIGH, LOW = 0.8, 0.2  # default attribution thresholds: "high" at or above HIGH, "low" below LOW
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ class Verdict:
 def mechanism(
     df: pd.DataFrame,
     *,
-    high: float = 0.8,
-    low: float = 0.2,
+    high: float = HIGH,
+    low: float = LOW,
     min_effect: float = 0.01,
     corrupt: str = "key",
     site: str = "resid_pre",

@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from mecheval.interventions.verdict import HIGH, LOW  # noqa: E402
+
 POSITIONS = ("key", "value", "query")
 
 
@@ -74,8 +76,8 @@ def scatter_figure(df: pd.DataFrame) -> Figure:
                    label=a if learned.any() else None, alpha=0.8, edgecolor="black", linewidth=0.4)
         ax.scatter(xy["attrib@query"][~learned], xy["attrib@value"][~learned], facecolor="none", edgecolor=col[a],
                    s=40, linewidth=1.2, label=None if learned.any() else f"{a} (not learned)")
-    ax.axhline(0.8, color="grey", lw=0.6, ls="--")
-    ax.axvline(0.2, color="grey", lw=0.6, ls="--")
+    ax.axhline(HIGH, color="grey", lw=0.6, ls="--")  # the verdict's thresholds
+    ax.axvline(LOW, color="grey", lw=0.6, ls="--")
     ax.set_xlabel("attrib @ query (direct retrieval)")
     ax.set_ylabel("attrib @ value (induction)")
     ax.set_xlim(*ATTRIB_FRAME)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from mecheval.interventions.verdict import HIGH, LOW
+
 HIGH_ACC = 0.8
 NEAR_CHANCE = 2.0
 
@@ -74,12 +76,12 @@ def _mamba_vs_attention(df: pd.DataFrame) -> Outcome:
 
 
 def _atr_storage(df: pd.DataFrame) -> Outcome:
-    """attrib@value high (>= 0.8) for attention and Based, low (< 0.2) for Mamba, H3 and Hyena."""
+    """attrib@value high (>= HIGH) for attention and Based, low (< LOW) for Mamba, H3 and Hyena."""
     high, low = ["attention", "based"], ["mamba", "h3", "hyena"]
     rows = df[df["arch"].isin(high + low)].dropna(subset=["attrib@value"])
     if rows.empty:
         return Outcome("not run", f"no intervened runs of {', '.join(high + low)}")
-    ok = all(r["attrib@value"] >= 0.8 if r["arch"] in high else r["attrib@value"] < 0.2 for _, r in rows.iterrows())
+    ok = all(r["attrib@value"] >= HIGH if r["arch"] in high else r["attrib@value"] < LOW for _, r in rows.iterrows())
     evidence = "; ".join(f"{r['arch']} @value {r['attrib@value']:.2f}" for _, r in rows.iterrows())
     return Outcome("reproduced" if ok else "not reproduced", evidence)
 
