@@ -45,3 +45,23 @@ def test_based_conv_ablation_changes_layer_zero_only():
 def test_unknown_scale_is_an_error():
     with pytest.raises(ValueError, match="unknown scale"):
         STUDIES["quick"].sweep("laptop")
+
+
+def test_paper_scale_axes_restrict_the_sweep_and_keep_the_fixed_training_set():
+    sweep = STUDIES["ar-architectures"].sweep("paper", widths=[64], lrs=[3e-4, 1e-3], archs=["attention", "h3"])
+    runs = expand(SweepConfig.model_validate(sweep))
+    assert sorted(r.name for r in runs) == [
+        "d_model-64_preset-attention_lr-0.0003", "d_model-64_preset-attention_lr-0.001",
+        "d_model-64_preset-h3_lr-0.0003", "d_model-64_preset-h3_lr-0.001",
+    ]
+    assert {r.config.train_size for r in runs} == {100_032}
+    assert all(r.config.early_stop is None for r in runs)
+
+
+def test_cpu_seeds_and_conv_labels_select_runs():
+    sweep = STUDIES["quick"].sweep("cpu", seeds=[0, 1, 2], archs=["mamba (d_conv 0)"], early_stop=True)
+    runs = expand(SweepConfig.model_validate(sweep))
+    assert [(r.config.seed, r.config.model.d_conv) for r in runs] == [(s, [0, 0]) for s in (0, 1, 2)]
+    assert runs[0].config.early_stop.acc == 0.99
+    with pytest.raises(ValueError, match="no architecture"):
+        STUDIES["quick"].sweep("cpu", archs=["mamba (d_conv 3)"])

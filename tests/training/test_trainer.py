@@ -195,3 +195,19 @@ def test_loggers_are_off_by_default_and_fed_when_on(tmp_path, tiny_config, monke
     monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
     with pytest.raises(ImportError, match="wandb"):
         train(tiny_config(**{"loggers.wandb": True}), tmp_path / "wandb", quiet=True)
+
+
+def test_early_stop_ends_the_run_after_patience_evaluations_at_the_threshold(tmp_path, tiny_config):
+    """acc >= 0.0 holds at every evaluation: the run stops at the second (eval every 12 -> step 24 of 48);
+    a threshold not reached runs to the end."""
+    stop = train(tiny_config(steps=48, **{"early_stop": {"acc": 1e-9, "patience": 2}}), tmp_path / "stop", quiet=True)
+    assert (stop["steps"], stop["stopped_early"]) == (24, True)
+    assert [r["step"] for r in RunDir(tmp_path / "stop").read_metrics() if "eval" in r] == [12, 24]
+    full = train(tiny_config(steps=24, **{"early_stop": {"acc": 1.0, "patience": 1}}), tmp_path / "full", quiet=True)
+    first = [r["eval"]["test"]["acc"] for r in RunDir(tmp_path / "full").read_metrics() if "eval" in r][0]
+    assert (full["steps"], full["stopped_early"]) == ((12, True) if first >= 1.0 else (24, False))
+
+
+def test_early_stop_split_must_be_evaluated(tiny_config):
+    with pytest.raises(ConfigError, match="early_stop.split 'heldout' is not evaluated"):
+        tiny_config(**{"early_stop": {"split": "heldout"}})

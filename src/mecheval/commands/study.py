@@ -18,6 +18,11 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[Optional[int], typer.Option(help="Local worker processes (default: the core count).")] = None,
         address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start or find one).")] = None,
         n: Annotated[int, typer.Option(min=1, help="Examples per intervention experiment.")] = 512,
+        widths: Annotated[Optional[str], typer.Option(help="Widths to train, e.g. 64 or 32,64 (default: the scale's).")] = None,
+        lrs: Annotated[Optional[str], typer.Option(help="Learning rates, e.g. 3e-4,1e-3 (default: the scale's).")] = None,
+        seeds: Annotated[Optional[str], typer.Option(help="Seeds, e.g. 0,1,2 (default: seed 0 only).")] = None,
+        archs: Annotated[Optional[str], typer.Option(help="Architectures to keep, comma-separated labels, e.g. 'attention,mamba (d_conv 0)'.")] = None,
+        early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     ) -> None:
@@ -38,5 +43,28 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"must be one of {SCALES}", param_hint="--scale")
         if out is None:
             raise typer.BadParameter("required", param_hint="--out")
-        report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet)
+        axes = {
+            "widths": _numbers(widths, int, "--widths"), "lrs": _numbers(lrs, float, "--lrs"),
+            "seeds": _numbers(seeds, int, "--seeds"),
+            "archs": None if archs is None else [a.strip() for a in archs.split(",") if a.strip()],
+            "early_stop": early_stop,
+        }
+        try:
+            STUDIES[preset].sweep(scale, **axes)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--archs") from None
+        report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, **axes)
         print_summary(report, Console())
+
+
+def _numbers(text: str | None, kind: type, flag: str) -> list | None:
+    """`"3e-4,1e-3"` -> [0.0003, 0.001]; None stays None (the scale's default)."""
+    if text is None:
+        return None
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated {kind.__name__}s, got {text!r}", param_hint=flag) from None
+    if not values:
+        raise typer.BadParameter("no values", param_hint=flag)
+    return values

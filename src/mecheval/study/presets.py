@@ -19,6 +19,7 @@ from mecheval.training.config import set_dotted
 
 PAPER_WIDTHS = [16, 32, 64, 128, 256]
 PAPER_LRS = [3e-5, 1e-4, 3e-4, 1e-3, 3e-3]
+PAPER_TRAIN_SIZE = 100_032  # the published fixed training set (16 epochs of batch 32 on AR, 32 on ATR)
 ZOO = ["attention", "based", "mamba", "deltanet", "hyena", "baseconv", "h3"]
 
 AR_PAPER = {"name": "ar", "params": {}}
@@ -28,9 +29,9 @@ ATR_GRAMMARS = ["easy", "medium", "large_vocab"]
 
 def _base(task: dict, scale: str, steps_paper: int, steps_cpu: int) -> dict:
     """The training config shared by every run of a study at one scale (published optimiser)."""
-    if scale == "paper":
+    if scale == "paper":  # the published fixed training set: 100,032 examples replayed for the epochs
         return {"task": task, "model": {"d_model": 64}, "steps": steps_paper, "batch_size": 32,
-                "eval": {"every": 2000, "size": 1024}, "checkpoint_every": 2000}
+                "train_size": PAPER_TRAIN_SIZE, "eval": {"every": 2000, "size": 1024}, "checkpoint_every": 2000}
     return {"task": task, "model": {"d_model": 64}, "steps": steps_cpu, "batch_size": 128,
             "eval": {"every": 500, "size": 512}, "checkpoint_every": 500}
 
@@ -60,15 +61,52 @@ class Study:
     findings: tuple[str, ...] = ()  # ids of `mecheval.study.findings.FINDINGS` checked in the report
     cpu_measured: str = "not timed yet"  # how long the cpu scale took here, and on what
 
-    def sweep(self, scale: str) -> dict:
+    def sweep(
+        self,
+        scale: str,
+        *,
+        widths: list[int] | None = None,
+        lrs: list[float] | None = None,
+        seeds: list[int] | None = None,
+        archs: list[str] | None = None,
+        early_stop: bool = False,
+    ) -> dict:
+        """The sweep at `scale`; widths / lrs / seeds replace the scale's axes, archs keeps only the
+        architectures whose `point_label` is listed; early_stop ends a run at test accuracy >= 0.99 at
+        two evaluations in a row (`TrainConfig.early_stop`)."""
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")
         paper = scale == "paper"
-        grid = {"model.d_model": PAPER_WIDTHS, **self.paper_grid, "optim.lr": PAPER_LRS} if paper else {"optim.lr": self.cpu_lrs}
+        grid = {"model.d_model": widths or PAPER_WIDTHS, **self.paper_grid} if paper else {}
+        if widths and not paper:
+            grid["model.d_model"] = widths
+        grid["optim.lr"] = lrs or (PAPER_LRS if paper else self.cpu_lrs)
+        if seeds:
+            grid["seed"] = seeds
         base = _base(self.task if paper else self.cpu_task, scale, *self.steps)
         for key, value in self.base.items():
             set_dotted(base, key, value)
-        return {"base": base, "list": self.archs if paper else self.cpu_archs or self.archs, "grid": grid}
+        if early_stop:
+            base["early_stop"] = {"acc": 0.99, "patience": 2, "split": "test"}
+        points = self.archs if paper else self.cpu_archs or self.archs
+        if archs is not None:
+            points = _select_archs(points, archs, self.name)
+        return {"base": base, "list": points, "grid": grid}
+
+
+def point_label(point: dict) -> str:
+    """A sweep point's architecture as `--archs` names it: `mamba`, `mamba (d_conv 0)`, `based (d_conv long)`."""
+    conv = point.get("model.d_conv")
+    conv = conv[0] if isinstance(conv, list) else conv
+    return point["model.preset"] + ("" if conv is None else f" (d_conv {conv})")
+
+
+def _select_archs(points: list[dict], wanted: list[str], study: str) -> list[dict]:
+    labels = [point_label(p) for p in points]
+    unknown = [a for a in wanted if a not in labels]
+    if unknown:
+        raise ValueError(f"study {study!r} has no architecture {unknown}; known: {labels}")
+    return [p for p, label in zip(points, labels) if label in wanted]
 
 
 SCALES = ("cpu", "paper")

@@ -41,11 +41,15 @@ def run_study(
     address: str | None = None,
     n_examples: int = 512,
     quiet: bool = False,
+    **axes,
 ) -> Report:
-    """Runs (or resumes) the study `preset` (a name, or a Study) at `scale` in `out`; writes its report."""
+    """Runs (or resumes) the study `preset` (a name, or a Study) at `scale` in `out`; writes its report.
+
+    axes: `widths`, `lrs`, `seeds`, `archs` restrict or replace the scale's sweep (`Study.sweep`).
+    """
     study = preset if isinstance(preset, Study) else get_study(preset)
     out = Path(out)
-    sweep = SweepConfig.model_validate(study.sweep(scale))
+    sweep = SweepConfig.model_validate(study.sweep(scale, **axes))
     times: dict[str, float] = {}
 
     start = time.perf_counter()

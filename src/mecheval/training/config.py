@@ -58,6 +58,15 @@ class EvalConfig(_Strict):
     batch_size: int = Field(512, gt=0)
 
 
+class EarlyStop(_Strict):
+    """Opt-in: stop once `split` accuracy is >= `acc` at `patience` evaluations in a row (the summary
+    records the step). The schedule keeps its length (`steps`); the run just ends sooner."""
+
+    acc: float = Field(0.99, gt=0, le=1)
+    patience: int = Field(2, ge=1)
+    split: str = "test"
+
+
 class Resources(_Strict):
     """What one run asks for: Ray task resources, and the torch threads of a Ray task or of
     `mecheval train` (int(num_cpus)); local sweep workers use one thread each."""
@@ -84,6 +93,7 @@ class TrainConfig(_Strict):
     batch_size: int = Field(32, gt=0)
     train_size: int | None = Field(None, gt=0, description="a fixed pool of training examples; None: fresh each step")
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    early_stop: EarlyStop | None = None
     log_every: int = Field(10, gt=0)
     checkpoint_every: int = Field(500, gt=0)
     seed: int = Field(0, ge=0)
@@ -107,6 +117,12 @@ class TrainConfig(_Strict):
         if isinstance(model["vocab_size"], int) and model["vocab_size"] < vocab:
             raise ValueError(f"model.vocab_size={model['vocab_size']} < the task's vocab_size={vocab}")
         return {**data, "model": model}
+
+    @model_validator(mode="after")
+    def _early_stop_split(self) -> "TrainConfig":
+        if self.early_stop is not None and self.early_stop.split not in self.eval.splits:
+            raise ValueError(f"early_stop.split {self.early_stop.split!r} is not evaluated (eval.splits: {self.eval.splits})")
+        return self
 
     def fingerprint(self) -> str:
         """A hash of the fields that change the weights or metrics (not device, checkpoints, resources, loggers)."""

@@ -122,6 +122,7 @@ class Trainer:
             self.accum = {k: v.to(self.device) for k, v in accum.items()}
             self.step, self.wall_s, self.tokens = state["step"], state["wall_s"], state["tokens"]
         run.truncate_metrics(self.step)
+        self.evals_seen = [m["eval"] for m in run.read_metrics() if "eval" in m]  # for the early stop
 
     def _zero_accum(self) -> dict[str, torch.Tensor]:
         """Running sums since the last log: answer loss (per step), correct answers, answers, steps."""
@@ -163,6 +164,14 @@ class Trainer:
         self.accum = self._zero_accum()
         return rec
 
+    def stopped_early(self) -> bool:
+        """The opt-in early stop: the last `patience` evaluations all reached `acc` on `split`."""
+        rule = self.cfg.early_stop
+        if rule is None:
+            return False
+        evals = self.evals_seen[-rule.patience:]
+        return len(evals) == rule.patience and all(e[rule.split]["acc"] >= rule.acc for e in evals)
+
     def checkpoint(self) -> None:
         state = {"step": self.step, "wall_s": self.wall_s, "tokens": self.tokens, "fingerprint": self.cfg.fingerprint(),
                  "data": self.stream.state()}
@@ -176,7 +185,7 @@ class Trainer:
         wall_start = self.wall_s
         try:
             with open(self.run / METRICS, "a") as metrics:
-                while self.step < cfg.steps:
+                while self.step < cfg.steps and not self.stopped_early():
                     batch = self.stream.batch(self.step)
                     self.tokens += int(batch.lengths.sum())
                     self.train_step(batch.to(self.device))
@@ -186,6 +195,8 @@ class Trainer:
                         rec = self.record((self.tokens - tokens_start) / max(self.wall_s - wall_start, 1e-9))
                         metrics.write(json.dumps(rec) + "\n")
                         metrics.flush()
+                        if "eval" in rec:
+                            self.evals_seen.append(rec["eval"])
                         for logger in loggers:
                             logger.log(rec)
                         bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{rec['acc']:.3f}", tok_s=f"{rec['time']['tokens_per_s']:.0f}")
@@ -203,6 +214,7 @@ class Trainer:
         atomic_save_tensors(self.run / MODEL, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint()})
         summary = {
             "steps": self.step,
+            "stopped_early": self.step < self.cfg.steps,
             "final": last["eval"],
             "train_loss": last["loss"],
             "train_acc": last["acc"],
