@@ -57,3 +57,30 @@ def test_core_out_is_the_ssm_output_before_the_gate():
     assert seen["core"].shape == (2, 9, 32) and seen["conv"].shape == (2, 9, 32)
     z = m.in_proj(x).chunk(2, -1)[1]
     torch.testing.assert_close(y, m.out_proj(seen["core"] * F.silu(z)))
+
+
+def test_conv_bias_is_added_after_the_conv_with_conv1d_init():
+    plain = make_mixer("mamba", conv=4, seed=3)
+    biased = make_mixer("mamba", conv=4, seed=3, conv_bias=True)
+    assert plain.conv_bias is None and biased.conv_bias.shape == (32,)
+    assert biased.conv_bias.abs().max() <= 0.5 and biased.conv_bias.std() > 0.2  # U(±1/sqrt(4)): std 0.29
+    biased.load_state_dict({**plain.state_dict(), "conv_bias": biased.conv_bias.detach()})
+    x = inputs(2, 9, 16, 0)
+    seen = {}
+    plain.conv_out.register_forward_hook(lambda _m, _i, out: seen.setdefault("plain", out))
+    biased.conv_out.register_forward_hook(lambda _m, _i, out: seen.setdefault("biased", out))
+    y_plain, y_biased = plain(x), biased(x)
+    torch.testing.assert_close(seen["biased"], seen["plain"] + biased.conv_bias)
+    assert (y_plain - y_biased).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("conv", [1, 4])
+def test_recurrent_equals_parallel_with_conv_bias(conv):
+    m = make_mixer("mamba", conv=conv, conv_bias=True)
+    assert_recurrent_equals_parallel(m, inputs(2, 13, 16, 1))
+
+
+@pytest.mark.parametrize("conv", [0, "long"])
+def test_conv_bias_needs_a_short_conv(conv):
+    with pytest.raises(ValueError, match="conv_bias"):
+        make_mixer("mamba", conv=conv, conv_bias=True)

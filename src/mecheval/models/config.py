@@ -45,7 +45,15 @@ class ModelConfig(BaseModel):
     max_len: int = Field(1024, gt=0)
     mlp_ratio: int = Field(4, gt=0)
     tie_embeddings: bool = True
-    init_std: float | None = Field(None, gt=0, description="std of the token embeddings; None: d_model ** -0.5")
+    final_norm: NormKind | None = Field(None, description="the norm before the head; None: the last layer's")
+    init: Literal["mecheval", "zoology"] = Field(
+        "mecheval",
+        description="mecheval: h_0 = sqrt(D) E, E ~ N(0, 1/D), P ~ N(0, 1). zoology (Mamba models only), as the"
+        " study's code: h_0 = E + P, both ~ N(0, 0.02^2); each Mamba out_proj re-drawn and divided by sqrt(n_layers)",
+    )
+    init_std: float | None = Field(
+        None, gt=0, description="std of the token embeddings; None: d_model ** -0.5 (init mecheval), 0.02 (zoology)"
+    )
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -93,11 +101,15 @@ class ModelConfig(BaseModel):
                 MIXERS[name].options(**opts)
             except ValidationError as e:
                 raise ValueError(f"options.{name}: {e}") from None
+        if self.init == "zoology" and set(mixers) != {"mamba"}:
+            raise ValueError(f"init 'zoology' is the study's scheme for Mamba models only; mixers are {mixers}")
         # Write the resolution back (bypassing validation: these are already valid).
         object.__setattr__(self, "mixer", mixers)
         object.__setattr__(self, "d_conv", convs)
         object.__setattr__(self, "mlp", mlps)
         object.__setattr__(self, "norm", norms)
+        if self.final_norm is None:
+            object.__setattr__(self, "final_norm", norms[-1])
         if self.pos_emb is None:
             object.__setattr__(self, "pos_emb", "learned" if "attention" in mixers else "none")
         return self

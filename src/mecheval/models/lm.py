@@ -8,13 +8,14 @@ identities, and 2-layer attention then fails to learn even 2-pair AR in 1,500 st
 
 Block i (sites in brackets, each [B, T, D] unless noted):
     x = [resid_pre](x)
-    x = [resid_mid](x + [mixer_out](mixer([mixer_in](norm1(x)))))   mixer sites: [conv_out], [core_out]
+    x = [resid_mid](x + [mixer_out](mixer([mixer_in](norm1(x)))))   mixer sites: [conv_in], [conv_out], [core_out]
     x = x + [mlp_out](W_2 gelu(W_1 norm2(x)))                         (blocks with an MLP)
     x = [resid_post](x)
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import torch
@@ -24,6 +25,8 @@ from torch import nn
 from mecheval.models.config import ModelConfig
 from mecheval.models.mixers import MIXERS
 from mecheval.models.sites import Site
+
+ZOOLOGY_STD = 0.02  # the std of embeddings (token and position) in the study's code (zoology's _init_weights)
 
 
 def make_norm(kind: str, d: int) -> nn.Module:
@@ -92,28 +95,44 @@ class LM(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.pos_emb == "learned" else None
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        self.norm_f = make_norm(cfg.norm[-1], cfg.d_model)
+        self.norm_f = make_norm(cfg.final_norm, cfg.d_model)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._init_weights()
         self._sites = self._name_sites()
 
+    @torch.no_grad()
     def _init_weights(self) -> None:
-        d = self.cfg.d_model
-        nn.init.normal_(self.embed.weight, std=self.cfg.init_std or d**-0.5)
+        d, zoology = self.cfg.d_model, self.cfg.init == "zoology"
+        self.embed_scale = 1.0 if zoology else d**0.5
+        nn.init.normal_(self.embed.weight, std=self.cfg.init_std or (ZOOLOGY_STD if zoology else d**-0.5))
         if self.pos is not None:
-            nn.init.normal_(self.pos.weight, std=1.0)
+            nn.init.normal_(self.pos.weight, std=ZOOLOGY_STD if zoology else 1.0)
         if self.head is not None:
             nn.init.normal_(self.head.weight, std=d**-0.5)
+        if zoology:
+            for block in self.layers:
+                w = block.mixer.out_proj.weight
+                nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+                w /= math.sqrt(self.cfg.n_layers)
+
+    SITE_ORDER = ("resid_pre", "mixer_in", "conv_in", "conv_out", "core_out", "mixer_out", "resid_mid", "mlp_out", "resid_post")
 
     def _name_sites(self) -> "OrderedDict[str, Site]":
+        """Every `Site` module anywhere in block i is `layers.{i}.{its attribute name}`, in SITE_ORDER
+        (kinds not listed there follow, in module order)."""
         sites: OrderedDict[str, Site] = OrderedDict()
-        order = ["resid_pre", "mixer_in", "conv_out", "core_out", "mixer_out", "resid_mid", "mlp_out", "resid_post"]
+        rank = {k: r for r, k in enumerate(self.SITE_ORDER)}
         for i, block in enumerate(self.layers):
-            found = {name: m for name, m in [*block.named_children(), *block.mixer.named_children()] if isinstance(m, Site)}
-            for name in order:
-                if name in found:
-                    found[name].name = f"layers.{i}.{name}"
-                    sites[found[name].name] = found[name]
+            found: dict[str, Site] = {}
+            for path, m in block.named_modules():
+                if isinstance(m, Site):
+                    kind = path.rsplit(".", 1)[-1]
+                    if kind in found:
+                        raise ValueError(f"layer {i}: two sites named {kind!r}")
+                    found[kind] = m
+            for kind in sorted(found, key=lambda k: rank.get(k, len(rank))):  # stable: module order after
+                found[kind].name = f"layers.{i}.{kind}"
+                sites[found[kind].name] = found[kind]
         return sites
 
     def sites(self) -> "OrderedDict[str, Site]":
@@ -125,7 +144,7 @@ class LM(nn.Module):
         T = tokens.shape[1]
         if T > self.cfg.max_len and self.pos is not None:
             raise ValueError(f"sequence length {T} exceeds max_len={self.cfg.max_len}")
-        h = self.embed(tokens) * self.cfg.d_model**0.5
+        h = self.embed(tokens) * self.embed_scale
         if self.pos is not None:
             h = h + self.pos(torch.arange(T, device=tokens.device))
         return h

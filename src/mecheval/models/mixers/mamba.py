@@ -2,8 +2,9 @@
 
 With D_i = expand · D inner channels, N = d_state, R = dt_rank:
     x, z = W_in u                                   [B, T, D_i] each
-    c = conv(x)                                     causal conv of `d_conv` (site `conv_out`, [B, T, D_i]);
-                                                    d_conv 0 removes it (c = x), as the study's ablation
+    c = conv(x) (+ b_c)                             causal conv of `d_conv` (site `conv_out`, [B, T, D_i]);
+                                                    d_conv 0 removes it (c = x), as the study's ablation;
+                                                    b_c [D_i] only with `conv_bias` (mamba_ssm's default)
     x' = SiLU(c)
     Δ_t = softplus(W_Δ (W_r x'_t) + b_Δ)              [B, T, D_i]   (W_r: D_i -> R, W_Δ: R -> D_i)
     B_t = W_B x'_t,  C_t = W_C x'_t                 [B, T, N]     (input-dependent: the "selection")
@@ -14,9 +15,10 @@ Training runs `ops.dispatch.selective_scan` (the fused CPU kernel by default, el
 pure-PyTorch scan; same math); the recurrent view steps the conv state and h.
 Published (paper_setup.md): d_state 16, d_conv 4, expand 2, dt_rank ⌈D/16⌉, block RMSNorm -> Mamba ->
 residual with no MLP. Init as mamba_ssm: A = 1..N per channel (S4D-real), D = 1, Δ bias so that
-softplus(b_Δ) ~ logU[dt_min, dt_max], W_Δ ~ U(±R^-1/2). Difference: no bias but b_Δ (the Δ bias is
-part of the SSM); the conv has none either (mamba_ssm's conv1d has one): the shared `ShortConv` is
-bias-free, so d_conv means one thing in every mixer.
+softplus(b_Δ) ~ logU[dt_min, dt_max], W_Δ ~ U(±R^-1/2). Difference by default: no bias but b_Δ (the Δ
+bias is part of the SSM), not even in the conv, so d_conv means one thing in every mixer; `conv_bias:
+true` adds mamba_ssm's conv bias b_c ~ U(±k^-1/2) (nn.Conv1d's init, k = d_conv). See
+docs/mamba-published-scale.md for the other differences from the study's code.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from torch import nn
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.dispatch import selective_scan
 from mecheval.models.ops.selective_scan import selective_scan_step
-from mecheval.models.shortconv import ConvSpec, make_conv
+from mecheval.models.shortconv import ConvSpec, ShortConv, make_conv
 from mecheval.models.sites import Site
 
 
@@ -42,6 +44,7 @@ class MambaOptions(MixerOptions):
     dt_min: float = Field(0.001, gt=0)
     dt_max: float = Field(0.1, gt=0)
     dt_init_floor: float = Field(1e-4, gt=0)
+    conv_bias: bool = Field(False, description="a bias after the short conv, as mamba_ssm's conv1d")
 
 
 class Mamba(Mixer):
@@ -56,6 +59,13 @@ class Mamba(Mixer):
         self.conv = make_conv(conv, Di, max_len)
         if self.conv is not None:
             self.conv_out = Site()
+        if options.conv_bias:
+            if not isinstance(self.conv, ShortConv):
+                raise ValueError(f"mamba conv_bias needs a short conv (d_conv >= 1), got d_conv={conv!r}")
+            bound = self.conv.kernel_size**-0.5
+            self.conv_bias = nn.Parameter(torch.empty(Di).uniform_(-bound, bound))
+        else:
+            self.conv_bias = None
         self.x_proj = nn.Linear(Di, R + 2 * N, bias=False)
         self.dt_proj = nn.Linear(R, Di, bias=True)
         self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(Di, 1))  # [Di, N]
@@ -76,10 +86,15 @@ class Mamba(Mixer):
         r, Bm, Cm = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         return F.softplus(self.dt_proj(r)), Bm, Cm
 
+    def _conv(self, x: torch.Tensor) -> torch.Tensor:
+        """The conv and its bias if any: [B, T, Di] -> [B, T, Di]."""
+        c = self.conv(x)
+        return c if self.conv_bias is None else c + self.conv_bias
+
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         x, z = self.in_proj(u).chunk(2, dim=-1)  # [B, T, Di] each
         if self.conv is not None:
-            x = self.conv_out(self.conv(x))
+            x = self.conv_out(self._conv(x))
         x = F.silu(x)
         delta, Bm, Cm = self._selection(x)
         core = self.core_out(selective_scan(x, delta, -torch.exp(self.A_log), Bm, Cm, self.D))
@@ -95,6 +110,8 @@ class Mamba(Mixer):
         x, z = self.in_proj(u_t).chunk(2, dim=-1)  # [B, Di] each
         if self.conv is not None:
             x, conv_state = self.conv.step(x, conv_state)
+            if self.conv_bias is not None:
+                x = x + self.conv_bias
         x = F.silu(x)
         delta, B_t, C_t = self._selection(x)
         core, h = selective_scan_step(x, delta, -torch.exp(self.A_log), B_t, C_t, self.D, h)

@@ -1,0 +1,63 @@
+"""`init: zoology` (the study's init for Mamba LMs) and `final_norm`; the default init is unchanged."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mecheval.models import ModelConfig
+
+from .conftest import build, make_config, random_tokens
+
+
+def mamba_lm(init: str, d_model: int = 64, n_layers: int = 2, **kw):
+    return build(make_config("mamba", d_model=d_model, n_layers=n_layers, vocab_size=4096, init=init, **kw))
+
+
+def test_zoology_embeddings_are_small_and_unscaled():
+    lm = mamba_lm("zoology", pos_emb="learned")
+    assert lm.embed.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert lm.pos.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    tokens = random_tokens(2, 7, 0)
+    torch.testing.assert_close(lm.embed_tokens(tokens), lm.embed(tokens) + lm.pos.weight[:7])
+
+
+def test_default_init_is_unit_scale():
+    lm = mamba_lm("mecheval", pos_emb="learned")
+    assert lm.embed.weight.std().item() == pytest.approx(64**-0.5, rel=0.05)
+    assert lm.pos.weight.std().item() == pytest.approx(1.0, rel=0.1)
+    tokens = random_tokens(2, 7, 0)
+    torch.testing.assert_close(lm.embed_tokens(tokens), 8 * lm.embed(tokens) + lm.pos.weight[:7])
+
+
+@pytest.mark.parametrize("n_layers", [1, 2, 4])
+def test_zoology_rescales_each_out_proj_by_sqrt_n_layers(n_layers):
+    zoo, ours = mamba_lm("zoology", n_layers=n_layers), mamba_lm("mecheval", n_layers=n_layers)
+    bound = 128**-0.5  # PyTorch's default for a Linear with fan_in = d_inner = 128
+    for z, o in zip(zoo.layers, ours.layers):
+        wz, wo = z.mixer.out_proj.weight, o.mixer.out_proj.weight
+        assert wz.abs().max() <= bound / math.sqrt(n_layers) + 1e-7
+        assert wz.std().item() == pytest.approx(bound / math.sqrt(3 * n_layers), rel=0.05)  # U(±b): std b/sqrt(3)
+        assert wo.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+        dt = F.softplus(z.mixer.dt_proj.bias)  # the Δ bias keeps mamba_ssm's init (zoology's _no_reinit)
+        assert dt.min() >= 1e-4 and dt.max() <= 0.1 + 1e-6
+
+
+def test_zoology_init_is_for_mamba_only():
+    with pytest.raises(ValueError, match="zoology"):
+        ModelConfig(vocab_size=10, mixer="attention", init="zoology")
+    with pytest.raises(ValueError, match="init"):
+        ModelConfig(vocab_size=10, mixer="mamba", init="gpt2")
+
+
+def test_final_norm_defaults_to_the_last_layers_and_can_be_set():
+    assert ModelConfig(vocab_size=10, mixer="mamba").final_norm == "rmsnorm"
+    assert ModelConfig(vocab_size=10, mixer="attention").final_norm == "layernorm"
+    lm = mamba_lm("mecheval", final_norm="layernorm")
+    assert isinstance(lm.norm_f, nn.LayerNorm) and isinstance(lm.layers[0].norm1, nn.RMSNorm)
+    with pytest.raises(ValueError, match="final_norm"):
+        ModelConfig(vocab_size=10, mixer="mamba", final_norm="batchnorm")
