@@ -140,7 +140,9 @@ SITE_CASES = cases(convs=(0, 3, "long")) + cases(convs=(4,), archs=["mamba", "de
 def expected_sites(cfg) -> list[str]:
     names = []
     for i in range(cfg.n_layers):
-        local = ["resid_pre", "mixer_in"] + (["conv_out"] if cfg.d_conv[i] != 0 else [])
+        conv = cfg.d_conv[i]
+        local = ["resid_pre", "mixer_in"] + (["conv_in"] if isinstance(conv, int) and conv > 0 else [])
+        local += ["conv_out"] if conv != 0 else []
         local += ["core_out", "mixer_out", "resid_mid"] + (["mlp_out"] if cfg.mlp[i] else []) + ["resid_post"]
         names += [f"layers.{i}.{n}" for n in local]
     return names

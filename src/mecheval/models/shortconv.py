@@ -14,18 +14,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mecheval.models.ops.dispatch import short_conv
+from mecheval.models.ops.dispatch import FFT_MIN_TAPS, short_conv
 from mecheval.models.ops.fft_conv import fft_conv
+from mecheval.models.sites import Site
 
 ConvSpec = int | str
-FFT_MIN_TAPS = 32  # longer effective kernels convolve by FFT (same result, faster)
 
 
 class ShortConv(nn.Module):
     """Causal depthwise convolution over time, no bias.
 
     y[b, t, c] = sum_{j=0}^{k-1} w[c, j] * x[b, t - (k-1) + j, c]   (x = 0 before t = 0)
-    x, y: [B, T, C]; weight: [C, 1, k] (the layout of a depthwise `nn.Conv1d`).
+    x, y: [B, T, C]; weight: [C, 1, k] (the layout of a depthwise `nn.Conv1d`); lag j = t - t' is
+    tap w[c, k-1-j]. Site `conv_in` carries x (the mixer names the output `conv_out`).
     """
 
     def __init__(self, channels: int, kernel_size: int) -> None:
@@ -35,8 +36,10 @@ class ShortConv(nn.Module):
         self.channels, self.kernel_size = channels, kernel_size
         bound = 1 / math.sqrt(kernel_size)
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel_size).uniform_(-bound, bound))
+        self.conv_in = Site()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_in(x)
         T = x.shape[1]
         k = min(self.kernel_size, T)  # taps reaching before t = 0 only ever meet zeros: skip them
         w = self.weight[..., -k:]
