@@ -17,10 +17,12 @@ from contextvars import ContextVar
 
 import torch
 
+from mecheval.models.ops import diag_ssm as reference_diag_ssm
 from mecheval.models.ops import selective_scan as reference
 from mecheval.models.ops import short_conv as reference_conv
 
 MODES = ("auto", "reference")
+FFT_MIN_TAPS = 64  # causal convs with more taps go by FFT; fewer, direct (faster on CPU up to about here)
 ENV_VAR = "MECHEVAL_KERNELS"
 _override: ContextVar[str | None] = ContextVar("mecheval_kernel_mode", default=None)
 
@@ -86,3 +88,13 @@ def short_conv(x, weight):
 
         return short_conv_fused(x, weight)
     return reference_conv.short_conv(x, weight)
+
+
+def diag_ssm(u, dA, dB, C):
+    """H3's diagonal SSM, same result as `ops.diag_ssm.diag_ssm`: u [B, T, H, *E] real; dA, dB, C [H, M]
+    complex -> y like u. On CPU the fused kernel (kernel by recurrence, direct conv); else by FFT."""
+    if current_mode() == "auto" and _fused_cpu_ok(u) and not any(p.is_cuda for p in (dA, dB, C)):
+        from mecheval.models.ops.diag_ssm_fused import diag_ssm_fused  # numba compiles lazily
+
+        return diag_ssm_fused(u, dA, dB, C)
+    return reference_diag_ssm.diag_ssm(u, dA, dB, C)

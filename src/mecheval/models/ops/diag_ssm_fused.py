@@ -1,0 +1,107 @@
+"""Fused CPU diagonal SSM (numba): the math of `diag_ssm`, y = K * u, without FFTs or a [H, M, T] tensor.
+
+    K_l = 2 Re(Σ_m c_m z_m^l),  c = C ⊙ dB,  z = dA              K: [T, H]; c, z: [H, M] complex
+    y[b, t, h, e] = Σ_{s ≤ t} K_{t-s, h} u[b, s, h, e]           u, y: [B, T, H, *E]
+
+The kernel is accumulated by repeated multiplication w_l = c z^l in float64 (relative error ~ l ε, as
+accurate as `diag_ssm_kernel`'s polar form for the lengths trained here), vectorised over the modes;
+its backward, in torch's convention for complex gradients (∂L/∂Re + i ∂L/∂Im), is
+
+    ∂c_m = 2 conj(Σ_l gK_l z_m^l),      ∂z_m = 2 conj(c_m Σ_{l ≥ 1} l gK_l z_m^{l-1}).
+
+The convolution is the fused short conv (`short_conv_fused`) with T taps, the kernel reversed: direct,
+O(T^2) per channel, which beats an FFT up to T = `FFT_MIN_TAPS` (the study's T = 37); longer sequences
+convolve by FFT. CPU, float32 or float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from mecheval.models.ops.dispatch import FFT_MIN_TAPS
+from mecheval.models.ops.fft_conv import fft_conv
+from mecheval.models.ops.selective_scan_fused import _use_torch_threads  # also sets the threading layer
+from mecheval.models.ops.short_conv_fused import short_conv_fused
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _kernel_fwd(zr, zi, cr, ci, K):  # pragma: no cover - compiled
+    """zr, zi, cr, ci: [H, M] float64 (Re, Im of z and c); K: [T, H] float64 output."""
+    H, M = zr.shape
+    for h in prange(H):
+        wr, wi = cr[h].copy(), ci[h].copy()  # w = c z^l, from l = 0
+        a, b = zr[h], zi[h]
+        for l in range(K.shape[0]):
+            acc = 0.0
+            for m in range(M):
+                acc += wr[m]
+            K[l, h] = 2.0 * acc
+            for m in range(M):
+                wr[m], wi[m] = wr[m] * a[m] - wi[m] * b[m], wr[m] * b[m] + wi[m] * a[m]
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _kernel_bwd(zr, zi, cr, ci, gK, gzr, gzi, gcr, gci):  # pragma: no cover - compiled
+    """gK: [T, H] float64; gz*, gc*: [H, M] float64 outputs (Re, Im of ∂z, ∂c)."""
+    H, M = zr.shape
+    T = gK.shape[0]
+    for h in prange(H):
+        pr, pi = np.ones(M), np.zeros(M)  # p = z^l, from l = 0
+        Pr, Pi, Qr, Qi = np.zeros(M), np.zeros(M), np.zeros(M), np.zeros(M)  # Σ gK_l z^l, Σ l gK_l z^{l-1}
+        a, b = zr[h], zi[h]
+        for l in range(T):
+            g, g1 = gK[l, h], (l + 1) * gK[l + 1, h] if l + 1 < T else 0.0
+            for m in range(M):
+                Pr[m] += g * pr[m]
+                Pi[m] += g * pi[m]
+                Qr[m] += g1 * pr[m]
+                Qi[m] += g1 * pi[m]
+                pr[m], pi[m] = pr[m] * a[m] - pi[m] * b[m], pr[m] * b[m] + pi[m] * a[m]
+        for m in range(M):
+            gcr[h, m], gci[h, m] = 2.0 * Pr[m], -2.0 * Pi[m]
+            gzr[h, m] = 2.0 * (cr[h, m] * Qr[m] - ci[h, m] * Qi[m])
+            gzi[h, m] = -2.0 * (cr[h, m] * Qi[m] + ci[h, m] * Qr[m])
+
+
+def _parts(z: torch.Tensor):
+    """Complex [H, M] -> its real and imaginary parts as contiguous float64 numpy arrays."""
+    z = z.detach().to(torch.complex128)
+    return z.real.contiguous().numpy(), z.imag.contiguous().numpy()
+
+
+class DiagSSMKernelFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, c, T: int):
+        _use_torch_threads()
+        K = torch.empty(T, z.shape[0], dtype=torch.float64)
+        _kernel_fwd(*_parts(z), *_parts(c), K.numpy())
+        ctx.save_for_backward(z, c)
+        return K.to(z.real.dtype)
+
+    @staticmethod
+    def backward(ctx, gK):
+        z, c = ctx.saved_tensors
+        _use_torch_threads()
+        grads = [torch.empty(z.shape, dtype=torch.float64) for _ in range(4)]
+        _kernel_bwd(*_parts(z), *_parts(c), gK.to(torch.float64).contiguous().numpy(), *(g.numpy() for g in grads))
+        gz, gc = torch.complex(grads[0], grads[1]), torch.complex(grads[2], grads[3])
+        return gz.to(z.dtype), gc.to(c.dtype), None
+
+
+def diag_ssm_kernel_fused(dA, dB, C, T: int) -> torch.Tensor:
+    """K_l = 2 Re(Σ_m C_m dB_m dA_m^l), l < T -> [T, H] in dA's real dtype (as `diag_ssm_kernel`)."""
+    return DiagSSMKernelFn.apply(dA, C * dB, T)
+
+
+def diag_ssm_fused(u, dA, dB, C):
+    """Same signature and result as `diag_ssm`: u [B, T, H, *E] real (CPU, float32/64); dA, dB, C [H, M]
+    complex -> y like u."""
+    T, E = u.shape[1], math.prod(u.shape[3:])
+    K = diag_ssm_kernel_fused(dA, dB, C, T).repeat_interleave(E, dim=1).to(u.dtype)  # [T, H E]
+    if T > FFT_MIN_TAPS:
+        return fft_conv(u.flatten(2), K).view_as(u)
+    return short_conv_fused(u.flatten(2), K.flip(0).T.unsqueeze(1)).view_as(u)  # tap j is lag T-1-j
