@@ -31,19 +31,20 @@ class Outcome:
 
 def run_one(config: dict, run_dir: str, threads: int) -> dict:
     """Trains or resumes one run in a worker process with `threads` torch threads; returns its summary."""
-    import torch
-
     from mecheval.training import TrainConfig, train
+    from mecheval.training.threads import use_fastest_threads
 
-    torch.set_num_threads(threads)
+    use_fastest_threads(TrainConfig.model_validate(config), threads)  # 1 or `threads`, the faster
     return train(TrainConfig.model_validate(config), run_dir, resume=True, quiet=True)
 
 
 def run_local(jobs: list[Job], workers: int) -> Iterator[Outcome]:
-    """`workers` spawned processes, one torch thread each; yields outcomes as runs finish."""
+    """`workers` spawned processes, C // W torch threads at most each; yields outcomes as runs finish."""
+    from mecheval.training.threads import threads_per_worker
+
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(run_one, job.config, str(job.run_dir), 1): job.name for job in jobs}
+        futures = {pool.submit(run_one, job.config, str(job.run_dir), threads_per_worker(workers)): job.name for job in jobs}
         for future in as_completed(futures):
             name = futures[future]
             try:
