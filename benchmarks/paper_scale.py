@@ -1,0 +1,134 @@
+"""Steps/s of every mixer at the published AR scale, side by side in one run (issue 12's table).
+
+The published AR (16 pairs over 4096 + 4096 tokens, T = 37), 2 layers, d = 64, batch 32, the head at
+the answer only. A *bare step* (`training.threads.bare_step`) is forward, cross-entropy at the answer,
+backward and AdamW on a fixed batch, no trainer. Every cell is timed round-robin: each round times a block of steps of every cell in
+turn, and a cell's rate is its median over rounds, so a busy machine slows all cells alike and the
+ratios of one run hold even where the absolute numbers do not. Tables:
+
+  1. one thread: steps/s with the fused CPU kernels (the default), ratio to attention, the time for the
+     published 50,016 steps, steps/s with the pure-PyTorch reference ops (`MECHEVAL_KERNELS=reference`),
+     and fused / reference;
+  2. threads: bare steps/s with 1 and 2 torch threads, and what `fastest_threads` picks from them;
+  3. the trainer's step (`TrainStream.batch` + `Trainer.train_step`, the loop body of `fit` without its
+     logging) against the bare step, one thread (goal: within 10%).
+
+    python benchmarks/paper_scale.py [--rounds 5] [--steps 4] [--mixers h3 --mixers mamba]
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import typer
+
+from mecheval.models import ARCHITECTURES
+from mecheval.models.ops.dispatch import kernel_mode
+from mecheval.study.presets import AR_PAPER, AR_STEPS, PAPER_TRAIN_SIZE
+from mecheval.training import validate_config
+from mecheval.training.run_dir import RunDir
+from mecheval.training.threads import bare_step, fastest
+from mecheval.training.trainer import Trainer
+
+D_MODEL, N_LAYERS, BATCH = 64, 2, 32
+PAPER_STEPS = AR_STEPS[0]  # 50,016
+
+
+def paper_config(preset: str) -> dict:
+    """One run of `mecheval study ar-architectures --scale paper --widths 64` (log and eval once)."""
+    return {"task": AR_PAPER, "model": {"preset": preset, "d_model": D_MODEL, "n_layers": N_LAYERS},
+            "steps": PAPER_STEPS, "batch_size": BATCH, "train_size": PAPER_TRAIN_SIZE, "device": "cpu",
+            "log_every": PAPER_STEPS, "checkpoint_every": PAPER_STEPS, "eval": {"every": PAPER_STEPS, "size": 32}}
+
+
+def trainer_step(preset: str, tmp: Path) -> Callable[[], None]:
+    """The body of `Trainer.fit`'s loop without its logging: the stream's batch, then `train_step`."""
+    trainer = Trainer(validate_config(paper_config(preset)), RunDir(tmp / preset), quiet=True)
+
+    def step() -> None:
+        batch = trainer.stream.batch(trainer.step)
+        trainer.tokens += int(batch.lengths.sum())
+        trainer.train_step(batch.to(trainer.device))
+
+    return step
+
+
+class Cell:
+    """A step function timed under a thread count and a kernel mode: per-round seconds per step."""
+
+    def __init__(self, step: Callable[[], None], threads: int = 1, mode: str | None = None) -> None:
+        self.step, self.threads, self.mode, self.times = step, threads, mode, []
+
+    def run(self, n: int) -> float:
+        torch.set_num_threads(self.threads)
+        with kernel_mode(self.mode) if self.mode else nullcontext():
+            start = time.perf_counter()
+            for _ in range(n):
+                self.step()
+            return (time.perf_counter() - start) / n
+
+    def time(self, n: int) -> None:
+        self.times.append(self.run(n))
+
+    @property
+    def rate(self) -> float:
+        """Steps/s: the median over rounds."""
+        return 1 / statistics.median(self.times)
+
+
+def measure(cells: list[Cell], rounds: int, steps: int) -> None:
+    """One untimed warm-up block per cell (numba compiles, caches fill), then `rounds` round-robin blocks."""
+    for cell in cells:
+        cell.run(1)
+    for r in range(rounds):
+        for cell in cells:
+            cell.time(steps)
+        print(f"round {r + 1}/{rounds} done", flush=True)
+
+
+def hms(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def main(
+    mixers: list[str] = typer.Option(list(ARCHITECTURES), "--mixers", help="presets of ARCHITECTURES"),
+    rounds: int = typer.Option(5, help="timed round-robin rounds (median)"),
+    steps: int = typer.Option(4, help="steps per cell per round"),
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        cells = {}
+        for preset in mixers:
+            torch.manual_seed(0)
+            step = bare_step(validate_config(paper_config(preset)))
+            cells[preset] = {"fused": Cell(step), "reference": Cell(step, mode="reference"),
+                             "2 threads": Cell(step, threads=2), "trainer": Cell(trainer_step(preset, Path(tmp)))}
+        measure([c for row in cells.values() for c in row.values()], rounds, steps)
+    torch.set_num_threads(1)
+    base = cells["attention"]["fused"].rate if "attention" in cells else float("nan")
+    print(f"\n## bare AdamW step, 1 thread: published AR (T=37), 2 layers, d={D_MODEL}, batch {BATCH}; "
+          f"median of {rounds} round-robin rounds of {steps} steps")
+    print(f"{'mixer':<10} {'steps/s':>8} {'/attn':>6} {'50,016 steps':>13} {'reference':>10} {'fused/ref':>10}")
+    for preset, row in cells.items():
+        fused, ref = row["fused"].rate, row["reference"].rate
+        print(f"{preset:<10} {fused:>8.1f} {fused / base:>6.2f} {hms(PAPER_STEPS / fused):>13} {ref:>10.1f} {fused / ref:>10.2f}")
+    print("\n## threads: bare step, steps/s")
+    print(f"{'mixer':<10} {'1 thread':>9} {'2 threads':>10} {'2/1':>6} {'picked':>7}")
+    for preset, row in cells.items():
+        one, two = row["fused"], row["2 threads"]
+        picked = fastest({1: one.times, 2: two.times})
+        print(f"{preset:<10} {one.rate:>9.1f} {two.rate:>10.1f} {two.rate / one.rate:>6.2f} {picked:>7}")
+    print("\n## trainer step vs bare step, 1 thread (goal: within 10%)")
+    print(f"{'mixer':<10} {'bare':>8} {'trainer':>8} {'cost':>7}")
+    for preset, row in cells.items():
+        bare, trainer = row["fused"].rate, row["trainer"].rate
+        print(f"{preset:<10} {bare:>8.1f} {trainer:>8.1f} {bare / trainer - 1:>+7.1%}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
