@@ -55,14 +55,14 @@ def test_h3_dispatches_and_reference_mode_switches(monkeypatch):
     lm = build(make_config("h3", 3))
     tokens = random_tokens(2, 12, seed=0)
     y = lm(tokens)
-    assert "DiagSSMKernelFn" in _autograd_nodes(y)
+    assert "DiagSSMKernelFn" in autograd_nodes(y)
     with dispatch.kernel_mode("reference"):
         y_ref = lm(tokens)
-    assert "DiagSSMKernelFn" not in _autograd_nodes(y_ref)
+    assert "DiagSSMKernelFn" not in autograd_nodes(y_ref)
     assert_rel_close(y, y_ref, rtol=1e-4)
 
 
-def _autograd_nodes(y: torch.Tensor) -> set[str]:
+def autograd_nodes(y: torch.Tensor) -> set[str]:
     """Names of every node in y's autograd graph (e.g. "DiagSSMKernelFnBackward" -> "DiagSSMKernelFn")."""
     seen, todo = set(), [y.grad_fn]
     while todo:

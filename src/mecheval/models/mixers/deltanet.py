@@ -11,7 +11,8 @@ Per head h (H heads of d_h = D / H):
     S_t = S_{t-1} + β_t k_t (v_t - S_{t-1}^T k_t)^T,  core_t = S_t^T q_t     S: [B, H, d_h, d_h]
                                                      (site `core_out`, heads concatenated: [B, T, D])
     y = W_o RMSNorm_{d_h}(core)                      [B, T, D]   (RMSNorm per head, learned scale)
-Training runs the chunkwise `delta_rule` (WY/UT transform); the recurrent view steps the conv state and S.
+Training runs `ops.dispatch.delta_rule` (on CPU the fused recurrence, else the chunkwise WY/UT form; same
+math); the recurrent view steps the conv state and S.
 Published: 1 head, short conv 4 (fla's `conv_size`, no conv bias), no bias anywhere.
 """
 
@@ -23,7 +24,8 @@ from pydantic import Field
 from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
-from mecheval.models.ops.delta_rule import delta_rule, delta_rule_step
+from mecheval.models.ops.delta_rule import delta_rule_step
+from mecheval.models.ops.dispatch import delta_rule
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
 

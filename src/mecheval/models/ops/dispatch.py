@@ -17,6 +17,7 @@ from contextvars import ContextVar
 
 import torch
 
+from mecheval.models.ops import delta_rule as reference_delta_rule
 from mecheval.models.ops import diag_ssm as reference_diag_ssm
 from mecheval.models.ops import selective_scan as reference
 from mecheval.models.ops import short_conv as reference_conv
@@ -98,3 +99,13 @@ def diag_ssm(u, dA, dB, C):
 
         return diag_ssm_fused(u, dA, dB, C)
     return reference_diag_ssm.diag_ssm(u, dA, dB, C)
+
+
+def delta_rule(q, k, v, beta):
+    """DeltaNet's delta rule, same result as `ops.delta_rule.delta_rule`: q, k [B, T, H, d_k]; v [B, T, H, d_v];
+    beta [B, T, H] -> o [B, T, H, d_v]. On CPU the fused recurrence; else the chunkwise (WY) form."""
+    if current_mode() == "auto" and _fused_cpu_ok(q, k, v, beta):
+        from mecheval.models.ops.delta_rule_fused import delta_rule_fused  # numba compiles lazily
+
+        return delta_rule_fused(q, k, v, beta)
+    return reference_delta_rule.delta_rule(q, k, v, beta)
