@@ -6,6 +6,8 @@ import importlib
 
 import typer
 
+from mecheval.commands.errors import DEBUG, guard_all
+
 app = typer.Typer(
     name="mecheval",
     help="Mechanistic evaluation of sequence-model architectures.",
@@ -14,11 +16,19 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def options(debug: bool = typer.Option(False, "--debug", help="Show the full traceback of an error.")) -> None:
+    """Mechanistic evaluation of sequence-model architectures."""
+    DEBUG["on"] = debug
+
+
 # Each module defines `register(app)` and adds its commands; listed in the order of the data flow.
 COMMAND_MODULES = ["data", "train", "sweep", "runs", "intervene", "study", "report"]
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"mecheval.commands.{_name}").register(app)
+guard_all(app)
 
 
 def main() -> None:

@@ -2,14 +2,19 @@
 
 Writes into each run directory `interventions.parquet` (all corrupt roles), `verdict.json`, and
 `interventions/{corrupt}_{site}.png` (layer × position heatmaps); prints the verdict table.
+The arguments are checked against the runs' tasks and models before any run is touched; a run
+that cannot be read is reported and skipped, the others go on (exit 1 if any failed).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from mecheval.commands.errors import describe
 
 
 def register(app: typer.Typer) -> None:
@@ -43,12 +48,66 @@ def register(app: typer.Typer) -> None:
         table.add_column("verdict", min_width=len("direct retrieval"))
         for col in ("effect", "layer", "@key", "@value", "@query"):
             table.add_column(col, no_wrap=True)
+        check_arguments(runs, corrupt, sites, positions or [], split)
+        failed = []
         for run_dir in tqdm(runs, desc="intervene", unit="run", disable=len(runs) == 1):
-            _, v = intervene_run(run_dir, corrupt, n, sites, positions or None, seed, split, direction)
             name = str(run_dir.relative_to(path)) if run_dir != path else run_dir.name
+            try:
+                _, v = intervene_run(run_dir, corrupt, n, sites, positions or None, seed, split, direction)
+            except Exception as e:  # one bad run is reported and skipped
+                failed.append(name)
+                tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)
+                table.add_row(name, "FAILED", "", "", "", "", "")
+                continue
             if v is None:
                 table.add_row(name, "-", "", "", "", "", "")
             else:
                 table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
                               *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)))
         Console().print(table)
+        if failed:
+            typer.echo(f"error: {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}", err=True)
+            raise typer.Exit(1)
+
+
+def check_arguments(runs: list[Path], corrupt: list[str], sites: list[str], positions: list[str], split: str) -> None:
+    """--split, --corrupt and --positions against the first readable run's task; each --sites pattern
+    must name a site of at least one run's model. A BadParameter names the option at fault."""
+    import json
+
+    import torch
+
+    from mecheval.interventions.runs import present_sites
+    from mecheval.models import build_model
+    from mecheval.tasks import make_task
+    from mecheval.training.run_dir import RunDir
+
+    configs = {}
+    for run_dir in runs:
+        try:
+            cfg = RunDir(run_dir).read_config()
+        except (OSError, ValueError):
+            continue  # reported when the run itself is skipped
+        configs.setdefault(json.dumps(cfg.model.model_dump(mode="json"), sort_keys=True), cfg)
+    if not configs:
+        return
+    first = next(iter(configs.values()))
+    task = make_task(first.task.name, **first.task.params)
+    if split not in task.splits:
+        raise typer.BadParameter(f"{split!r} is not a split of {task.name}: {', '.join(task.splits)}", param_hint="--split")
+    batch = task.sample(2, seed=0, split=split)
+    for role in corrupt:
+        try:
+            task.corrupt(batch, role, 0)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--corrupt") from None
+    unknown = [p for p in positions if p not in batch.roles]
+    if unknown:
+        raise typer.BadParameter(f"{unknown} are not roles of {task.name}: {', '.join(batch.roles)}", param_hint="--positions")
+    names = set()
+    for cfg in configs.values():
+        with torch.device("meta"):
+            names |= set(build_model(cfg.model).sites())
+    missing = [p for p in sites if not present_sites(sorted(names), [p])]
+    if missing:
+        raise typer.BadParameter(f"{missing} match no site of these models; e.g. {sorted(names)[:4]}", param_hint="--sites")

@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         lrs: Annotated[Optional[str], typer.Option(help="Learning rates, e.g. 3e-4,1e-3 (default: the scale's).")] = None,
         seeds: Annotated[Optional[str], typer.Option(help="Seeds, e.g. 0,1,2 (default: seed 0 only).")] = None,
         archs: Annotated[Optional[str], typer.Option(help="Architectures to keep, comma-separated labels, e.g. 'attention,mamba (d_conv 0)'.")] = None,
+        new: Annotated[bool, typer.Option("--new", help="Restart afresh the runs in --out made with a different spec (else refused).")] = False,
         early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
@@ -31,6 +32,7 @@ def register(app: typer.Typer) -> None:
 
         from mecheval.report.terminal import print_summary
         from mecheval.study import SCALES, STUDIES, run_study
+        from mecheval.sweeps.runner import EXECUTORS
 
         if list_:
             for s in STUDIES.values():
@@ -43,6 +45,8 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"must be one of {SCALES}", param_hint="--scale")
         if out is None:
             raise typer.BadParameter("required", param_hint="--out")
+        if executor not in EXECUTORS:
+            raise typer.BadParameter(f"must be one of {', '.join(EXECUTORS)}, got {executor!r}", param_hint="--executor")
         axes = {
             "widths": _numbers(widths, int, "--widths"), "lrs": _numbers(lrs, float, "--lrs"),
             "seeds": _numbers(seeds, int, "--seeds"),
@@ -53,7 +57,7 @@ def register(app: typer.Typer) -> None:
             STUDIES[preset].sweep(scale, **axes)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--archs") from None
-        report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, **axes)
+        report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, new=new, **axes)
         print_summary(report, Console())
 
 

@@ -14,8 +14,13 @@ def sweep(
     executor: str = typer.Option("local", "--executor", help="local | ray"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: core count)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray)"),
+    new: bool = typer.Option(False, "--new", help="restart afresh the runs in --out made with a different spec (else refused)"),
 ) -> None:
-    """Run every unfinished run of a sweep; finished runs are skipped, interrupted ones resume."""
+    """Run every unfinished run of a sweep; finished runs are skipped, interrupted ones resume.
+
+    A run already in --out is skipped or resumed only if its config is the sweep's; Ctrl-C stops
+    the sweep (running runs save a checkpoint) and running it again resumes.
+    """
     from mecheval.sweeps import expand, load_sweep, run_sweep
     from mecheval.training import ConfigError
 
@@ -39,7 +44,11 @@ def sweep(
             accs = " ".join(f"{s}={m['acc']:.3f}" for s, m in outcome.summary["final"].items())
             typer.echo(f"[{count}] done {outcome.name}: {accs} ({outcome.summary['wall_time_s']:.1f} s)")
 
-    outcomes = run_sweep(spec_cfg, out, executor, workers, address, on_outcome=report)
+    try:
+        outcomes = run_sweep(spec_cfg, out, executor, workers, address, on_outcome=report, new=new)
+    except ConfigError as e:  # a changed spec, or a model that cannot be built
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     skipped = sum(o.skipped for o in outcomes)
     failed = [o.name for o in outcomes if o.error]
     typer.echo(f"{total} runs: {skipped} already finished, {total - skipped - len(failed)} trained, {len(failed)} failed")

@@ -27,8 +27,10 @@ def train(
     from mecheval.training import ConfigError, RunExistsError, load_config
     from mecheval.training import train as run_training
     from mecheval.training.checkpoint import CheckpointError
+    from mecheval.training.lock import LockedError
     from mecheval.training.run_dir import CONFIG
     from mecheval.training.threads import use_fastest_threads
+    from mecheval.training.trainer import TrainingInterrupted
 
     sets = list(set_ or [])
     if device is not None:
@@ -40,7 +42,10 @@ def train(
         cfg = load_config(config, sets)
         use_fastest_threads(cfg, max(1, int(cfg.resources.num_cpus)))
         summary = run_training(cfg, out, resume=resume, quiet=quiet)
-    except (ConfigError, RunExistsError, CheckpointError, ImportError, RuntimeError) as e:
+    except TrainingInterrupted as e:
+        typer.echo(f"stopped: {e}; continue it with: mecheval train --out {out} --resume", err=True)
+        raise typer.Exit(130) from None
+    except (ConfigError, RunExistsError, CheckpointError, LockedError, ImportError, RuntimeError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     accs = "  ".join(f"acc[{split}]={m['acc']:.4f}" for split, m in summary["final"].items())

@@ -23,7 +23,6 @@ from mecheval.study.presets import STUDIES, Study
 from mecheval.sweeps import SweepConfig, collect, run_sweep
 from mecheval.sweeps.runner import RUNS
 from mecheval.training.checkpoint import atomic_write_text
-from mecheval.training.run_dir import RunDir
 
 
 def get_study(name: str) -> Study:
@@ -41,11 +40,14 @@ def run_study(
     address: str | None = None,
     n_examples: int = 512,
     quiet: bool = False,
+    new: bool = False,
     **axes,
 ) -> Report:
     """Runs (or resumes) the study `preset` (a name, or a Study) at `scale` in `out`; writes its report.
 
     axes: `widths`, `lrs`, `seeds`, `archs` restrict or replace the scale's sweep (`Study.sweep`).
+    new: restart afresh the runs in `out` made with a different spec (else they are refused).
+    Only the study's own runs are intervened on and reported, whatever else `out` holds.
     """
     study = preset if isinstance(preset, Study) else get_study(preset)
     out = Path(out)
@@ -54,14 +56,14 @@ def run_study(
 
     start = time.perf_counter()
     with tqdm(total=None, desc="train", unit="run", disable=quiet) as bar:
-        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=lambda o: bar.update())
+        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=lambda o: bar.update(), new=new)
     failed = [o for o in outcomes if o.error]
     if failed:
         raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))
     times["train_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    runs = [d for d in sorted((out / RUNS).iterdir()) if RunDir(d).finished]
+    runs = sorted(out / RUNS / o.name for o in outcomes)
     todo = [d for d in runs if not (d / "verdict.json").exists()]
     for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
         intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),

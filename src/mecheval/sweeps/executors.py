@@ -1,17 +1,26 @@
 """Executors: run a list of jobs (config, run dir) on local worker processes or as Ray tasks.
 
 Every job trains with resume=True, so a job that was interrupted (a killed worker, a stopped sweep)
-continues from its last checkpoint when it runs again.
+continues from its last checkpoint when it runs again. A failed job's traceback goes to its run's
+error.log. Ctrl-C (KeyboardInterrupt in the caller) stops the whole sweep: running runs checkpoint
+and stop, queued runs never start. Local workers also stop when their parent dies (even by SIGKILL).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+
+ERROR_LOG = "error.log"
 
 
 @dataclass(frozen=True)
@@ -29,21 +38,71 @@ class Outcome:
     skipped: bool = False  # finished before this sweep started
 
 
+class RunFailed(RuntimeError):
+    """A run raised; the message is its last line and where its traceback was written."""
+
+
+_busy = threading.Event()  # a worker is inside run_one
+
+
 def run_one(config: dict, run_dir: str, threads: int) -> dict:
-    """Trains or resumes one run in a worker process with `threads` torch threads; returns its summary."""
+    """Trains or resumes one run in a worker process with `threads` torch threads; returns its summary.
+    A failure appends its traceback to RUN_DIR/error.log and raises RunFailed naming it."""
     from mecheval.training import TrainConfig, train
     from mecheval.training.threads import use_fastest_threads
+    from mecheval.training.trainer import STOP, TrainingInterrupted
 
-    use_fastest_threads(TrainConfig.model_validate(config), threads)  # 1 or `threads`, the faster
-    return train(TrainConfig.model_validate(config), run_dir, resume=True, quiet=True)
+    _busy.set()
+    try:
+        if STOP.is_set():
+            raise TrainingInterrupted(f"{run_dir}: not started (the sweep is stopping)")
+        use_fastest_threads(TrainConfig.model_validate(config), threads)  # 1 or `threads`, the faster
+        return train(TrainConfig.model_validate(config), run_dir, resume=True, quiet=True)
+    except TrainingInterrupted:
+        raise
+    except Exception as e:
+        log = Path(run_dir) / ERROR_LOG
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as f:
+                f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} on {socket.gethostname()}\n")
+                f.write(traceback.format_exc())
+            where = f" (traceback in {log})"
+        except OSError:
+            where = ""
+        raise RunFailed(_describe(e) + where) from None
+    finally:
+        _busy.clear()
+
+
+def _init_worker(parent: int) -> None:
+    """In each local worker: Ctrl-C requests a stop (the run checkpoints), and a watchdog stops the
+    worker once its parent is gone."""
+    from mecheval.training.trainer import request_stop
+
+    signal.signal(signal.SIGINT, request_stop)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int, poll_s: float = 0.5) -> None:
+    from mecheval.training.trainer import request_stop
+
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    request_stop()
+    while _busy.is_set():  # the running run checkpoints and stops within a step
+        time.sleep(0.1)
+    os._exit(1)
 
 
 def run_local(jobs: list[Job], workers: int) -> Iterator[Outcome]:
-    """`workers` spawned processes, C // W torch threads at most each; yields outcomes as runs finish."""
+    """`workers` spawned processes, C // W torch threads at most each; yields outcomes as runs finish.
+    On KeyboardInterrupt the queued runs are cancelled and the running ones stop at a checkpoint."""
     from mecheval.training.threads import threads_per_worker
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(os.getpid(),))
+    try:
         futures = {pool.submit(run_one, job.config, str(job.run_dir), threads_per_worker(workers)): job.name for job in jobs}
         for future in as_completed(futures):
             name = futures[future]
@@ -51,6 +110,13 @@ def run_local(jobs: list[Job], workers: int) -> Iterator[Outcome]:
                 yield Outcome(name, future.result())
             except Exception as e:  # a failed run is reported; the others go on
                 yield Outcome(name, None, _describe(e))
+    except BaseException:
+        for process in list(getattr(pool, "_processes", {}).values()):  # also when only we got the signal
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGINT)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def run_ray(jobs: list[Job], address: str | None, max_retries: int) -> Iterator[Outcome]:
@@ -58,10 +124,14 @@ def run_ray(jobs: list[Job], address: str | None, max_retries: int) -> Iterator[
     is retried up to `max_retries` times and resumes from its checkpoint. Connects to `address` (or
     starts a local instance) unless Ray is already initialised. Run dirs must be on a shared path.
     """
-    import ray
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the ray executor needs Ray: pip install 'mecheval[ray]'") from None
 
     started = not ray.is_initialized()
     if started:
+        check_reachable(address)
         ray.init(address=address)
     try:
         task = ray.remote(run_one)
@@ -71,17 +141,38 @@ def run_ray(jobs: list[Job], address: str | None, max_retries: int) -> Iterator[
             opts = {"num_cpus": res["num_cpus"], "num_gpus": res["num_gpus"], "max_retries": max_retries, "name": job.name}
             refs[task.options(**opts).remote(job.config, str(job.run_dir), max(1, int(res["num_cpus"])))] = job.name
         pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            name = refs[done[0]]
-            try:
-                yield Outcome(name, ray.get(done[0]))
-            except Exception as e:
-                yield Outcome(name, None, _describe(e))
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                name = refs[done[0]]
+                try:
+                    yield Outcome(name, ray.get(done[0]))
+                except Exception as e:
+                    yield Outcome(name, None, _describe(e))
+        except BaseException:
+            for ref in pending:  # queued tasks never start; running ones get a KeyboardInterrupt
+                ray.cancel(ref)
+            raise
     finally:
         if started:
             ray.shutdown()
 
 
+def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """A `host:port` (or `ray://host:port`) Ray address must accept a connection within `timeout_s`
+    (ray.init would otherwise retry for minutes); `auto`, None and other forms are left to Ray."""
+    if not address or address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConnectionError(f"cannot reach a Ray cluster at {address} ({e.strerror or e})") from None
+
+
 def _describe(e: BaseException) -> str:
+    if isinstance(e, RunFailed):
+        return str(e)
     return "".join(traceback.format_exception_only(type(e), e)).strip()

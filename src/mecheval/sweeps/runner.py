@@ -1,23 +1,42 @@
-"""`run_sweep`: expand a sweep, skip finished runs, and run the rest on an executor.
+"""`run_sweep`: expand a sweep, check what is on disk, skip finished runs, and run the rest on an executor.
 
-    SWEEP_DIR/sweep.yaml        the sweep as last run (base resolved)
+    SWEEP_DIR/sweep.yaml        the sweep as last run (base resolved); a changed one is kept as sweep.<k>.yaml
     SWEEP_DIR/runs/<name>/      one run directory per run (see mecheval.training.run_dir)
+    SWEEP_DIR/.lock             held while a sweep runs here (see mecheval.training.lock)
+
+A run directory is skipped or resumed only if it holds the same run (fingerprint); a sweep whose runs
+changed is refused with the fields that differ, unless `new=True` restarts the changed runs afresh.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from mecheval.sweeps.executors import Job, Outcome, run_local, run_ray
+from mecheval.sweeps.preflight import changed_runs, check_models
 from mecheval.sweeps.spec import SweepConfig, expand
 from mecheval.training.checkpoint import atomic_write_text
+from mecheval.training.config import ConfigError, flatten
+from mecheval.training.lock import DirLock
 from mecheval.training.run_dir import RunDir
 
 RUNS = "runs"
+SPEC = "sweep.yaml"
+EXECUTORS = ("local", "ray")
+
+
+class SpecChangedError(ConfigError):
+    """Run directories hold runs of a different spec than the sweep's."""
+
+
+class SweepInterrupted(Exception):
+    """The sweep was stopped (Ctrl-C); its runs resume when it is run again."""
 
 
 def run_sweep(
@@ -27,30 +46,82 @@ def run_sweep(
     workers: int | None = None,
     address: str | None = None,
     on_outcome: Callable[[Outcome], None] = lambda o: None,
+    new: bool = False,
+    on_note: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
 ) -> list[Outcome]:
     """Runs every unfinished run of `sweep` under `out`; finished runs are skipped (their summary is
     returned as is). Returns one Outcome per run, in the sweep's order.
+
+    Raises SpecChangedError when a run directory holds a different run (unless `new`: then it is
+    deleted and trained afresh), SweepInterrupted on Ctrl-C, LockedError while another process uses `out`.
     """
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r}; known: {', '.join(EXECUTORS)}")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out}: --out is a file, not a sweep directory")
     runs = expand(sweep)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "sweep.yaml", yaml.safe_dump(sweep.model_dump(mode="json", by_alias=True), sort_keys=False))
-    outcomes: dict[str, Outcome] = {}
-    jobs = []
-    for run in runs:
-        run_dir = RunDir(out / RUNS / run.name)
-        if run_dir.finished:
-            outcomes[run.name] = Outcome(run.name, run_dir.read_summary(), skipped=True)
-        else:
-            jobs.append(Job(run.name, run.config.model_dump(mode="json"), run_dir.path))
-    if jobs:
-        if executor == "local":
-            stream = run_local(jobs, workers or os.cpu_count() or 1)
-        elif executor == "ray":
-            stream = run_ray(jobs, address, sweep.max_retries)
-        else:
-            raise ValueError(f"unknown executor {executor!r}; known: local, ray")
-        for outcome in stream:
-            outcomes[outcome.name] = outcome
-            on_outcome(outcome)
+    check_models(runs)
+    with DirLock(out, "sweep directory"):
+        changed = changed_runs(runs, out / RUNS)
+        if changed and not new:
+            raise SpecChangedError(_describe_changes(out, changed))
+        for name in changed:
+            on_note(f"{name}: restarting afresh (its config changed)")
+            with DirLock(out / RUNS / name, "run directory"):
+                shutil.rmtree(out / RUNS / name)
+        _write_spec(out, sweep, on_note)
+        outcomes: dict[str, Outcome] = {}
+        jobs = []
+        for run in runs:
+            run_dir = RunDir(out / RUNS / run.name)
+            if run_dir.finished:
+                outcomes[run.name] = Outcome(run.name, run_dir.read_summary(), skipped=True)
+            else:
+                jobs.append(Job(run.name, run.config.model_dump(mode="json"), run_dir.path))
+        if jobs:
+            stream = run_local(jobs, workers or os.cpu_count() or 1) if executor == "local" else run_ray(jobs, address, sweep.max_retries)
+            try:
+                for outcome in stream:
+                    outcomes[outcome.name] = outcome
+                    on_outcome(outcome)
+            except KeyboardInterrupt:
+                stream.close()  # stops the workers if the interrupt came outside the executor
+                finished = sum(o.error is None for o in outcomes.values())
+                raise SweepInterrupted(
+                    f"sweep stopped (Ctrl-C): {finished} of {len(runs)} runs finished; the others stopped at a "
+                    f"checkpoint or never started; run the same command again to resume"
+                ) from None
     return [outcomes[r.name] for r in runs]
+
+
+def _describe_changes(out: Path, changed: dict[str, list[str]], shown: int = 3) -> str:
+    lines = [f"{out}: {len(changed)} run(s) here were made with a different spec; pass --new to restart them afresh "
+             f"(their results are deleted), or choose another --out"]
+    for name, diff in list(changed.items())[:shown]:
+        lines.append(f"  {name}: " + "; ".join(diff))
+    if len(changed) > shown:
+        lines.append(f"  … and {len(changed) - shown} more")
+    return "\n".join(lines)
+
+
+def _write_spec(out: Path, sweep: SweepConfig, on_note: Callable[[str], None]) -> None:
+    """Writes sweep.yaml; a different one already there is kept as sweep.<k>.yaml, and said so."""
+    text = yaml.safe_dump(sweep.model_dump(mode="json", by_alias=True), sort_keys=False)
+    path = out / SPEC
+    if path.exists():
+        try:
+            old = yaml.safe_load(path.read_text())
+        except yaml.YAMLError:
+            old = None
+        if old == yaml.safe_load(text):
+            return
+        k = 1
+        while (out / f"sweep.{k}.yaml").exists():
+            k += 1
+        path.rename(out / f"sweep.{k}.yaml")
+        a, b = flatten(old if isinstance(old, dict) else {}), flatten(yaml.safe_load(text))
+        diff = [f"{key}: {a.get(key, '(absent)')} -> {b.get(key, '(absent)')}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+        on_note(f"{path}: the spec changed ({'; '.join(diff[:5])}{' …' if len(diff) > 5 else ''}); "
+                f"the previous one is kept as sweep.{k}.yaml")
+    atomic_write_text(path, text)

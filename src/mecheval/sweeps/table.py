@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.sweeps.runner import RUNS
+from mecheval.sweeps.runner import RUNS, SPEC
+from mecheval.sweeps.spec import expand, load_sweep
 from mecheval.training.config import flatten
 from mecheval.training.run_dir import CONFIG, RunDir
 
@@ -20,9 +21,15 @@ DEFAULT_METRIC = "summary.final.test.acc"
 
 
 def collect(sweep_dir: str | Path) -> pd.DataFrame:
-    """One row per run directory under SWEEP_DIR/runs: name, status (done / unfinished), config, summary."""
+    """One row per run directory under SWEEP_DIR/runs: name, status (done / unfinished), config, summary.
+    With a SWEEP_DIR/sweep.yaml, only that sweep's runs (other runs in the directory are not its)."""
+    sweep_dir = Path(sweep_dir)
+    configs = sorted((sweep_dir / RUNS).glob(f"*/{CONFIG}"))
+    if (sweep_dir / SPEC).exists():
+        names = {run.name for run in expand(load_sweep(sweep_dir / SPEC))}
+        configs = [c for c in configs if c.parent.name in names]
     rows = []
-    for config in sorted((Path(sweep_dir) / RUNS).glob(f"*/{CONFIG}")):
+    for config in configs:
         run = RunDir(config.parent)
         row = {"name": run.path.name, "status": "done" if run.finished else "unfinished"}
         row.update(flatten(run.read_config().model_dump(mode="json")))

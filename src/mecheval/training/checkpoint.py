@@ -61,18 +61,21 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 
 def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
-    """Copies `tensors` into `model`, with an error listing missing/unexpected/mis-shaped entries."""
+    """Copies `tensors` into `model`, with an error listing missing/unexpected/mis-shaped/non-finite entries."""
     own = model.state_dict()
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
     shapes = [f"{k}: file {tuple(tensors[k].shape)} vs model {tuple(own[k].shape)}"
               for k in sorted(set(own) & set(tensors)) if tensors[k].shape != own[k].shape]
-    if missing or unexpected or shapes:
+    nonfinite = [f"{k} ({int((~torch.isfinite(v)).sum())} values)" for k, v in sorted(tensors.items())
+                 if v.is_floating_point() and not torch.isfinite(v).all()]
+    if missing or unexpected or shapes or nonfinite:
         raise CheckpointError(
-            f"{source}: weights do not match the model built from the config"
+            f"{source}: weights unusable for the model built from the config"
             + (f"\n  missing: {missing}" if missing else "")
             + (f"\n  unexpected: {unexpected}" if unexpected else "")
             + (f"\n  shape mismatch: {shapes}" if shapes else "")
+            + (f"\n  non-finite (a corrupt file?): {nonfinite}" if nonfinite else "")
         )
     model.load_state_dict(tensors)
 

@@ -124,10 +124,31 @@ class TrainConfig(_Strict):
             raise ValueError(f"early_stop.split {self.early_stop.split!r} is not evaluated (eval.splits: {self.eval.splits})")
         return self
 
+    def identity(self) -> dict:
+        """The fields that change the weights or metrics (not device, checkpoints, resources, loggers)."""
+        return self.model_dump(mode="json", exclude=NOT_IDENTITY)
+
     def fingerprint(self) -> str:
-        """A hash of the fields that change the weights or metrics (not device, checkpoints, resources, loggers)."""
-        d = self.model_dump(mode="json", exclude={"device", "checkpoint_every", "resources", "loggers"})
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        """A hash of `identity()`: equal fingerprints, equal runs."""
+        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+NOT_IDENTITY = {"device", "checkpoint_every", "resources", "loggers"}
+
+
+def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:
+    """`field: run has X, given Y` for each field of the identity that differs ([] for the same run).
+
+    `old` may be a raw dict (a config.yaml as written); fields only one side has are listed too.
+    """
+    if isinstance(old, TrainConfig):
+        if old.fingerprint() == new.fingerprint():
+            return []
+        old = old.identity()
+    a = flatten({k: v for k, v in old.items() if k not in NOT_IDENTITY})
+    b = flatten(new.identity())
+    return [f"{k}: run has {a.get(k, '(absent)')!r}, given {b.get(k, '(absent)')!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 @functools.lru_cache(maxsize=64)

@@ -6,6 +6,8 @@
     model.safetensors        final weights
     summary.json             final accuracy per split, steps, wall time, tokens/s, versions (last file)
     worker.json              pid and host of the process training the run (informational)
+    .lock                    held by the process training the run (see mecheval.training.lock)
+    error.log                tracebacks of failed attempts (a sweep's runs)
 """
 
 from __future__ import annotations
@@ -55,28 +57,42 @@ class RunDir:
         atomic_write_text(self.path / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
     def read_summary(self) -> dict:
-        return json.loads((self.path / SUMMARY).read_text())
+        path = self.path / SUMMARY
+        try:
+            summary = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(summary, dict):
+            raise ConfigError(f"{path}: expected a JSON object, got {type(summary).__name__}")
+        return summary
 
     def write_summary(self, summary: dict) -> None:
         atomic_write_text(self.path / SUMMARY, json.dumps(summary, indent=2) + "\n")
 
     def read_metrics(self, max_step: int | None = None) -> list[dict]:
-        """The logged records (up to `max_step`); a torn last line (a kill mid-write) is dropped."""
+        """The logged records (up to `max_step`). A torn last line (a kill mid-write) is dropped; any
+        other unreadable line is an error naming it."""
         path = self.path / METRICS
         if not path.exists():
             return []
+        lines = path.read_text().splitlines()
         records = []
-        for line in path.read_text().splitlines():
+        for i, line in enumerate(lines, 1):
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if max_step is None or rec["step"] <= max_step:
+                step = rec["step"]
+            except (json.JSONDecodeError, TypeError, KeyError) as e:
+                if i == len(lines):
+                    break
+                raise ConfigError(f"{path}:{i}: not a metrics record ({e})") from None
+            if max_step is None or step <= max_step:
                 records.append(rec)
         return records
 
     def truncate_metrics(self, max_step: int) -> None:
         """Keeps the records up to `max_step` (those a resumed run would otherwise repeat go)."""
+        if not (self.path / METRICS).exists():
+            return
         records = self.read_metrics(max_step)
         atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records))
 

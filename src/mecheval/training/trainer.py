@@ -12,7 +12,10 @@ import contextlib
 import json
 import os
 import platform
+import shutil
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -24,15 +27,42 @@ import mecheval
 from mecheval.models import LM, build_model
 from mecheval.tasks import Batch, make_task
 from mecheval.training.checkpoint import atomic_save_tensors, atomic_write_text, load_checkpoint, save_checkpoint
-from mecheval.training.config import ConfigError, TrainConfig, flatten
+from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
+from mecheval.training.lock import DirLock
 from mecheval.training.loggers import open_loggers
-from mecheval.training.run_dir import CHECKPOINT, METRICS, MODEL, WORKER, RunDir
+from mecheval.training.run_dir import CHECKPOINT, CONFIG, METRICS, MODEL, SUMMARY, WORKER, RunDir
 from mecheval.training.schedule import lr_at
 
 
 class RunExistsError(FileExistsError):
     """The run directory already holds a run (pass resume=True / --resume to continue it)."""
+
+
+class TrainingInterrupted(Exception):
+    """A stop was requested (Ctrl-C, SIGTERM, a sweep stopping): the run saved a checkpoint and stopped."""
+
+
+STOP = threading.Event()  # set by SIGINT/SIGTERM while training (or by a sweep worker's parent dying)
+
+
+def request_stop(*_) -> None:
+    """Signal handler: the running `fit` checkpoints and stops after its current step."""
+    STOP.set()
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """SIGINT and SIGTERM request a stop instead of killing the run mid-step (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -71,32 +101,51 @@ def versions() -> dict[str, str]:
 
 
 def _check_same_run(run: RunDir, cfg: TrainConfig) -> None:
-    old = run.read_config()
-    if old.fingerprint() == cfg.fingerprint():
-        return
-    a, b = flatten(old.model_dump(mode="json")), flatten(cfg.model_dump(mode="json"))
-    diff = [f"{k}: run has {a.get(k)!r}, given {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    raise ConfigError(f"{run.path} holds a run with a different config:\n  " + "\n  ".join(diff))
+    diff = config_diff(run.read_config(), cfg)
+    if diff:
+        raise ConfigError(f"{run.path} holds a run with a different config:\n  " + "\n  ".join(diff))
+
+
+def _check_no_foreign_files(run: RunDir) -> None:
+    """A directory without config.yaml must not hold files a run would write (they are not ours)."""
+    found = [n for n in (METRICS, MODEL, CHECKPOINT, SUMMARY) if (run / n).exists()]
+    if found:
+        raise RunExistsError(f"{run.path} holds {', '.join(found)} but no {CONFIG}: not a mecheval run; choose another --out")
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bool = False) -> dict:
     """Trains (or resumes) the run in `run_dir` and returns its summary.
 
     A finished run (summary.json present) is not retrained: with resume its summary is returned.
+    The run directory is locked while training; a fresh run writes nothing until its model, task and
+    evaluation sets are built, and a failure before that leaves no trace.
+    Raises TrainingInterrupted after a requested stop (a checkpoint is saved first).
     """
     run = RunDir(run_dir)
     resolve_device(cfg.device)  # fail before anything is written
-    if run.started:
-        if not resume:
-            raise RunExistsError(f"{run.path} already holds a run; resume it (--resume) or choose another --out")
-        _check_same_run(run, cfg)
-        if run.finished:
-            (run / CHECKPOINT).unlink(missing_ok=True)
-            return run.read_summary()
-    run.path.mkdir(parents=True, exist_ok=True)
-    run.write_config(cfg)
-    atomic_write_text(run / WORKER, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
-    return Trainer(cfg, run, quiet).fit()
+    if run.path.exists() and not run.path.is_dir():
+        raise RunExistsError(f"{run.path} is a file, not a run directory")
+    created = not run.path.exists()
+    with DirLock(run.path, "run directory"):
+        if run.started:
+            if not resume:
+                raise RunExistsError(f"{run.path} already holds a run; resume it (--resume) or choose another --out")
+            _check_same_run(run, cfg)
+            if run.finished:
+                (run / CHECKPOINT).unlink(missing_ok=True)
+                return run.read_summary()
+            trainer = Trainer(cfg, run, quiet)
+        else:
+            _check_no_foreign_files(run)
+            try:
+                trainer = Trainer(cfg, run, quiet)
+            except BaseException:
+                if created:
+                    shutil.rmtree(run.path, ignore_errors=True)
+                raise
+            run.write_config(cfg)
+        atomic_write_text(run / WORKER, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
+        return trainer.fit()
 
 
 class Trainer:
@@ -184,8 +233,11 @@ class Trainer:
         t_start, tokens_start = time.perf_counter(), self.tokens
         wall_start = self.wall_s
         try:
-            with open(self.run / METRICS, "a") as metrics:
+            with stop_on_signals(), open(self.run / METRICS, "a") as metrics:
                 while self.step < cfg.steps and not self.stopped_early():
+                    if STOP.is_set():
+                        self.checkpoint()
+                        raise TrainingInterrupted(f"{self.run.path}: stopped at step {self.step} (checkpoint saved)")
                     batch = self.stream.batch(self.step)
                     self.tokens += int(batch.lengths.sum())
                     self.train_step(batch.to(self.device))

@@ -1,0 +1,61 @@
+"""Every command's errors as one clear line on stderr and a non-zero exit, never a traceback
+(`mecheval --debug …` shows it). Ctrl-C exits 130 with what was stopped and how to resume."""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable
+
+import click
+import typer
+from typer.exceptions import TyperException
+
+DEBUG = {"on": False}  # set by `mecheval --debug`
+INTERRUPTED = 130  # the shell's code for a process stopped by SIGINT
+
+
+def describe(e: BaseException) -> str:
+    """The error as one line (our own errors already name the file or field at fault)."""
+    from mecheval.training.checkpoint import CheckpointError
+    from mecheval.training.config import ConfigError
+    from mecheval.training.lock import LockedError
+
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    if isinstance(e, (ConfigError, CheckpointError, LockedError, OSError, ImportError)):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
+
+
+def guard(command: Callable) -> Callable:
+    """Wraps a command: click's own errors pass; anything else becomes `error: …` and exit 1 (130 on Ctrl-C)."""
+
+    @functools.wraps(command)
+    def wrapped(*args, **kwargs):
+        from mecheval.sweeps.runner import SweepInterrupted
+        from mecheval.training.trainer import TrainingInterrupted
+
+        try:
+            return command(*args, **kwargs)
+        except (TyperException, typer.Exit, typer.Abort, click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except (SweepInterrupted, TrainingInterrupted, KeyboardInterrupt) as e:
+            typer.echo(f"stopped: {e}" if str(e) else "stopped (Ctrl-C)", err=True)
+            raise typer.Exit(INTERRUPTED) from None
+        except Exception as e:
+            if DEBUG["on"]:
+                traceback.print_exc()
+            hint = "" if DEBUG["on"] else "  (mecheval --debug … shows the traceback)"
+            typer.echo(f"error: {describe(e)}{hint}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapped
+
+
+def guard_all(app: typer.Typer) -> None:
+    """Applies `guard` to every command of `app` and of its sub-apps."""
+    for command in app.registered_commands:
+        command.callback = guard(command.callback)
+    for group in app.registered_groups:
+        guard_all(group.typer_instance)
