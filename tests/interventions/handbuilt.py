@@ -70,3 +70,41 @@ def induction_lm(vocab: int, seq_len: int) -> LM:
 def query_retrieval_lm(vocab: int, seq_len: int) -> LM:
     """3 layers, the last inert: the answer sits at the query position before the last layer."""
     return _build(vocab, seq_len, 3)
+
+
+CONV_GAIN = 20.0  # input scale of the hand-built DeltaNet's q/k/v (SiLU of it is nearly linear and one-hot)
+
+
+def conv_binding_lm(vocab: int, n_layers: int = 2) -> LM:
+    """DeltaNet LM whose last layer binds key and value inside its short conv window (kernel 2).
+
+    The residual carries the token one-hot (no positions); earlier layers write nothing. In the last
+    layer the conv gives q_t = tok(t), k_t = tok(t−1), v_t = tok(t): at the value position (key + 1)
+    the delta rule writes the row key -> value, and at the query q = the query key reads the value
+    back (β = 1). Nothing is stored in the residual at the value position: the association exists only
+    in the conv output at key + 1.
+    """
+    d = vocab
+    lm = build_model(dict(vocab_size=vocab, d_model=d, n_layers=n_layers, mixer="deltanet", d_conv=2, mlp=False,
+                          norm="rmsnorm", max_len=64))
+    eye = torch.eye(d)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.zero_()
+        lm.embed.weight.copy_(eye)
+        c = float(lm.embed_tokens(torch.zeros(1, 1, dtype=torch.long))[0, 0, 0])  # the LM's embedding scale
+        lm.embed.weight.copy_(eye / c)
+        lm.norm_f.weight.fill_(HEAD_GAIN * c)
+        for block in lm.layers:
+            block.norm1.weight.fill_(1.0)
+            block.mixer.o_norm.weight.fill_(1.0)
+        last = lm.layers[-1].mixer
+        s = d**-0.5  # RMSNorm maps a one-hot to sqrt(d) times it
+        last.qkv.weight.copy_(torch.cat([eye, eye, eye]) * CONV_GAIN * s)
+        w = last.conv.weight  # [3d, 1, 2]; tap 1 = lag 0, tap 0 = lag 1
+        w[:d, 0, 1] = 1.0  # q: tok(t)
+        w[d : 2 * d, 0, 0] = 1.0  # k: tok(t - 1)
+        w[2 * d :, 0, 1] = 1.0  # v: tok(t)
+        last.b_proj.weight.fill_(CONV_GAIN * s)  # β = sigmoid(CONV_GAIN) ≈ 1
+        last.o_proj.weight.copy_(eye * COPY * s)
+    return lm.eval()

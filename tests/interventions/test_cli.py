@@ -42,13 +42,16 @@ def test_intervene_sweep(sweep):
         app, ["intervene", str(sweep), "--n", "64", "--corrupt", "key", "--corrupt", "value", "--sites", "resid_pre"]
     )
     assert result.exit_code == 0, result.output
-    assert "induction" in result.output and "direct retrieval" in result.output
-    for name, label in [("induction", "induction"), ("query", "direct retrieval")]:
+    assert "induction" in result.output
+    for name, layer in [("induction", 1), ("query", 1)]:  # the 3-layer model is read where its answer forms
         run = sweep / "runs" / name
         df = pd.read_parquet(run / "interventions.parquet")
-        assert set(df["corrupt"]) == {"key", "value"} and set(df["site"]) == {"resid_pre"}
-        assert json.loads((run / "verdict.json").read_text())["verdict"] == label
+        assert set(df["corrupt"]) == {"key", "value"} and set(df["site"]) == {"resid_pre", "resid_post"}  # + profile
+        verdict = json.loads((run / "verdict.json").read_text())
+        assert (verdict["verdict"], verdict["layer"]) == ("induction", layer)
+        assert verdict["acc_all"] == 1.0 and verdict["n_all"] == 64 and verdict["acc_all_lo"] > 0.9
         assert (run / "interventions" / "key_resid_pre.png").stat().st_size > 1000
+        assert (run / "interventions" / "key_profile.png").stat().st_size > 1000
         assert (run / "interventions" / "value_resid_pre.png").exists()
     assert not (sweep / "runs" / "unfinished" / "interventions.parquet").exists()
 

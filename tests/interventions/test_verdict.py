@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import torch
 
 from mecheval.interventions import interchange, mechanism
-from tests.interventions.handbuilt import induction_lm, query_retrieval_lm
+from mecheval.interventions.conv_window import conv_ablation, conv_window
+from mecheval.interventions.verdict import formed_at
+from tests.interventions.handbuilt import conv_binding_lm, induction_lm, query_retrieval_lm
 
 
 @pytest.fixture(scope="module")
@@ -33,15 +36,17 @@ def test_induction_model_gets_induction(ar_task, batch):
     assert v.attrib_query == pytest.approx(0, abs=1e-3) and v.attrib_key == pytest.approx(0, abs=1e-3)
 
 
-def test_query_retrieval_model_gets_direct_retrieval(ar_task, batch):
+def test_three_layer_model_is_read_where_the_answer_reaches_the_query(ar_task, batch):
+    """Induction in layers 0-1 and an inert layer 2: at layer 2's input the answer already sits at the
+    query, so the verdict reads layer 1's input and finds the induction."""
     lm = query_retrieval_lm(ar_task.vocab_size, batch.tokens.shape[1])
     df = _table(lm, ar_task, batch)
     v = mechanism(df)
-    assert v.label == "direct retrieval"
-    assert v.layer == 2 and v.attrib_query == pytest.approx(1, abs=1e-3)
-    assert v.attrib_value == pytest.approx(0, abs=1e-3)
-    # Read at layer 1's input instead, the same model shows its induction step.
-    assert mechanism(df, layer=1).label == "induction"
+    assert (v.label, v.layer, v.site) == ("induction", 1, "resid_pre")
+    assert v.attrib_value == pytest.approx(1, abs=1e-3) and v.attrib_query == pytest.approx(0, abs=1e-3)
+    forced = mechanism(df, layer=2)  # read at the last layer's input instead: the answer is at the query
+    assert forced.label == "direct retrieval" and forced.attrib_query == pytest.approx(1, abs=1e-3)
+    assert forced.detail.startswith("answer already at the query by the input of layer 2")
 
 
 def _synthetic(key: float, value: float, query: float, p_clean: float = 0.9, p_corrupt: float = 0.1) -> pd.DataFrame:
@@ -75,3 +80,46 @@ def test_not_learned_and_thresholds_are_parameters():
     assert mechanism(_synthetic(0, 0.7, 0.1), high=0.6).label == "induction"
     with pytest.raises(ValueError, match="no sufficiency rows"):
         mechanism(_synthetic(0, 1, 0), corrupt="value")
+
+
+def test_association_formed_in_the_last_layers_conv_window(ar_task, batch):
+    """Key and value meet only in layer 1's conv output at key + 1: the published label (direct
+    retrieval: @key high, @value low), the detail naming the conv, and the conv-window analysis finding
+    that offset (conv_out at key + 1; the conv's input at the key itself)."""
+    lm = conv_binding_lm(ar_task.vocab_size)
+    assert (lm(batch.tokens, positions=batch.answer_pos).argmax(-1) == batch.answer).float().mean() > 0.95
+    window = conv_window(lm, ar_task, batch, seed=3, n_boot=50)
+    v = mechanism(_table(lm, ar_task, batch), conv_window=window)
+    assert v.label == "direct retrieval" and v.layer == 1
+    assert v.attrib_key > 0.9 and abs(v.attrib_value) < 0.05 and abs(v.attrib_query) < 0.05
+    assert "short conv window (conv_out at key+1" in v.detail
+    assert formed_at(window, 1)["offset"] == 1
+    suff = window[(window["direction"] == "sufficiency") & (window["layer"] == 1) & ~window["joint"]]
+    at = suff.set_index(["site", "offset"])["attrib"]
+    assert at["conv_out", 1] > 0.9 and abs(at["conv_out", 0]) < 0.05
+    assert at["conv_in", 0] > 0.9 and abs(at["conv_in", 1]) < 0.05
+    nec = window[(window["direction"] == "necessity") & (window["layer"] == 1) & ~window["joint"]]
+    assert nec.set_index(["site", "offset"])["attrib"]["conv_out", 1] > 0.9  # needed there, too
+    assert window[window["layer"] == 0]["attrib"].abs().max() < 0.05  # layer 0 writes nothing
+
+
+def test_one_layer_model_is_read_inside_its_mixer_not_at_the_embedding(ar_task, batch):
+    lm = conv_binding_lm(ar_task.vocab_size, n_layers=1)
+    df = interchange(lm, ar_task, batch, "key", ["resid_pre", "conv_out"], ["key", "value", "query"], seed=3)
+    v = mechanism(df)
+    assert (v.site, v.layer) == ("conv_out", 0)
+    assert v.label == "induction" and v.attrib_value > 0.9  # the binding sits at the value position (key + 1)
+    embed = df[(df["site"] == "resid_pre") & (df["position"] == "key")]["attrib"].item()
+    assert embed > 0.9  # what reading the embedding would have called "direct retrieval"
+    with pytest.raises(ValueError, match="no site between the embedding"):
+        mechanism(interchange(lm, ar_task, batch, "key", ["resid_pre"], ["key", "value", "query"], seed=3))
+
+
+def test_tap_ablation_of_the_binding_layer_drops_accuracy_to_chance(ar_task, batch):
+    lm = conv_binding_lm(ar_task.vocab_size)
+    ab = conv_ablation(lm, batch).set_index(["layers", "lags"])
+    assert ab.loc[("none", "none"), "acc"] > 0.95
+    assert ab.loc[("1", ">=1"), "acc_hi"] < 0.5 and ab.loc[("0", ">=1"), "acc"] > 0.95
+    before = [p.clone() for p in lm.parameters()]
+    conv_ablation(lm, batch)
+    assert all(torch.equal(a, b) for a, b in zip(before, lm.parameters()))  # the weights are restored

@@ -11,6 +11,8 @@ def runs(*rows) -> pd.DataFrame:
     cols = ["arch", "acc", "verdict", "attrib@value", "attrib@query", "attrib@key", "chance"]
     df = pd.DataFrame([dict(zip(cols, r)) for r in rows], columns=cols)
     df["model.d_model"] = 64
+    df["eval.size"] = 512
+    df["seed"] = 0
     return df
 
 
@@ -20,7 +22,7 @@ CASES = {  # finding: (rows that reproduce it, rows that do not)
                             runs(("attention", 1.0, DIR, 0.0, 1.0, 0.0, 0.25))),
     "based_induction": (runs(("based", 0.99, IND, 0.95, 0.0, 0.0, 0.25)), runs(("based", 0.5, IND, 0.95, 0.0, 0.0, 0.25))),
     "mamba_direct": (runs(("mamba", 0.9, DIR, 0.0, 0.6, 0.4, 0.25)), runs(("mamba", 0.9, IND, 0.9, 0.0, 0.0, 0.25))),
-    "mamba_noconv_fails": (runs(("mamba (d_conv 0)", 0.26, NL, 0.3, 0.0, 0.9, 0.25), ("mamba (d_conv 1)", 0.3, NL, 0, 0, 0, 0.25)),
+    "mamba_noconv_fails": (runs(("mamba (d_conv 0)", 0.26, NL, 0.3, 0.0, 0.9, 0.25), ("mamba (d_conv 1)", 0.27, NL, 0, 0, 0, 0.25)),
                            runs(("mamba (d_conv 0)", 0.26, NL, 0.3, 0.0, 0.9, 0.25), ("mamba (d_conv 1)", 0.9, DIR, 0, 1, 0, 0.25))),
     "based_long_fails": (runs(("based (d_conv long)", 0.25, NL, 0, 0, 0, 0.25)), runs(("based (d_conv long)", 0.9, IND, 1, 0, 0, 0.25))),
     "h3_hyena_poor": (runs(("h3", 0.02, NL, 0, 0, 0, 0.25), ("hyena", 0.3, DIR, 0, 1, 0, 0.25)),
@@ -36,7 +38,35 @@ CASES = {  # finding: (rows that reproduce it, rows that do not)
 
 
 def test_every_finding_has_a_case():
-    assert set(CASES) == set(FINDINGS)
+    assert set(CASES) | {"mamba_conv_forms"} == set(FINDINGS)
+
+
+def test_near_chance_is_a_binomial_test_not_a_multiple_of_chance():
+    fails = FINDINGS["mamba_noconv_fails"].check
+    assert fails(runs(("mamba (d_conv 0)", 0.27, NL, 0, 0, 0, 0.25))).status == "reproduced"
+    assert fails(runs(("mamba (d_conv 0)", 0.45, NL, 0, 0, 0, 0.25))).status == "not reproduced"  # 2x chance passed before
+    outside = runs(("mamba (d_conv 0)", 0.45, NL, 0, 0, 0, 0.25)).assign(acc_outside=0.26, n_outside=256)
+    assert fails(outside).status == "reproduced"  # read outside the conv reach where intervened on
+
+
+def _conv_run(path, restores: float, cut_acc: float):
+    path.mkdir()
+    pd.DataFrame({"layer": [1, 1], "site": ["conv_out", "conv_out"], "offset": [1, 3], "joint": [False, False],
+                  "direction": "sufficiency", "attrib": [0.1, restores], "attrib_lo": [0.0, restores - 0.1],
+                  "attrib_hi": [0.2, restores + 0.1]}).to_parquet(path / "conv_window.parquet")
+    pd.DataFrame({"layers": ["none", "1"], "lags": ["none", ">=1"], "acc": [0.97, cut_acc], "acc_lo": 0.0,
+                  "acc_hi": 1.0, "n": 384}).to_parquet(path / "conv_ablation.parquet")
+    return str(path)
+
+
+def test_mamba_conv_forms_needs_the_cell_and_the_ablation(tmp_path):
+    check = FINDINGS["mamba_conv_forms"].check
+    row = runs(("mamba", 0.97, DIR, 0.0, 0.2, 0.6, 0.25))
+    assert check(row.assign(run_dir=_conv_run(tmp_path / "a", 0.6, 0.24))).status == "reproduced"
+    result = check(row.assign(run_dir=_conv_run(tmp_path / "b", 0.6, 0.55)))  # ablation leaves it well above chance
+    assert result.status == "not reproduced" and "key+3 restores 0.60" in result.evidence
+    assert check(row.assign(run_dir=_conv_run(tmp_path / "c", 0.3, 0.24))).status == "not reproduced"
+    assert check(row.assign(run_dir=str(tmp_path / "none"))).status == "not run"
 
 
 @pytest.mark.parametrize("finding", list(CASES))

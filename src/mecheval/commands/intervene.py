@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option(help="Seed of the examples and corruptions.")] = 0,
         split: Annotated[str, typer.Option(help="Task split of the examples.")] = "test",
         direction: Annotated[str, typer.Option(help="sufficiency | necessity")] = "sufficiency",
+        analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value).")] = [],
     ) -> None:
         """Interchange interventions per run: interventions.parquet, heatmaps, and the mechanism verdicts."""
         from rich.console import Console
@@ -37,33 +38,39 @@ def register(app: typer.Typer) -> None:
         from mecheval.interventions.metrics import DIRECTIONS
         from mecheval.interventions.runs import find_runs, intervene_run
 
+        from mecheval.interventions.runs import ANALYSES
+
+        if sorted(set(analysis) - set(ANALYSES)):
+            raise typer.BadParameter(f"--analysis must be among {list(ANALYSES)}, got {analysis}")
         if direction not in DIRECTIONS:
             raise typer.BadParameter(f"--direction must be one of {DIRECTIONS}, got {direction!r}")
         try:
             runs = find_runs(path)
         except FileNotFoundError as e:
             raise typer.BadParameter(str(e)) from None
-        table = Table(title=f"mechanism: corrupt {corrupt[0]}, residual entering the last layer")
+        table = Table(title=f"mechanism: corrupt {corrupt[0]}, examples outside the conv reach (see detail)")
         table.add_column("run", overflow="fold")
         table.add_column("verdict", min_width=len("direct retrieval"))
         for col in ("effect", "layer", "@key", "@value", "@query"):
             table.add_column(col, no_wrap=True)
+        table.add_column("detail", overflow="fold")
         check_arguments(runs, corrupt, sites, positions or [], split)
         failed = []
         for run_dir in tqdm(runs, desc="intervene", unit="run", disable=len(runs) == 1):
             name = str(run_dir.relative_to(path)) if run_dir != path else run_dir.name
             try:
-                _, v = intervene_run(run_dir, corrupt, n, sites, positions or None, seed, split, direction)
+                _, v = intervene_run(run_dir, corrupt, n, sites, positions or None, seed, split, direction,
+                                     analyses=analysis)
             except Exception as e:  # one bad run is reported and skipped
                 failed.append(name)
                 tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)
-                table.add_row(name, "FAILED", "", "", "", "", "")
+                table.add_row(name, "FAILED", "", "", "", "", "", "")
                 continue
             if v is None:
-                table.add_row(name, "-", "", "", "", "", "")
+                table.add_row(name, "-", "", "", "", "", "", "")
             else:
                 table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
-                              *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)))
+                              *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
         Console().print(table)
         if failed:
             typer.echo(f"error: {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}", err=True)

@@ -12,6 +12,7 @@ The same formulas apply to the answer's logit (`logit_attrib`).
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import binomtest
 
 DIRECTIONS = ("sufficiency", "necessity")
 
@@ -46,3 +47,16 @@ def bootstrap_attribution(
     alpha = (1 - level) / 2
     lo, hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=1) if boot.size else (np.empty(0), np.empty(0))
     return lo, hi
+
+
+def accuracy_interval(correct: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (accuracy over n examples); (nan, nan) for n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(int(correct), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def above_chance(correct: int, n: int, chance: float, alpha: float = 0.05) -> bool:
+    """One-sided binomial test: is the accuracy significantly above `chance` (at level alpha)?"""
+    return n > 0 and binomtest(int(correct), int(n), chance, alternative="greater").pvalue < alpha

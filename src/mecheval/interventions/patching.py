@@ -27,6 +27,7 @@ def interchange(
     direction: str = "sufficiency",
     chunk: int | None = None,
     n_boot: int = 1000,
+    subsets: Mapping[str, torch.Tensor] | None = None,
 ) -> pd.DataFrame:
     """Patch each (site, role position) cell between `batch` and `task.corrupt(batch, corrupt, seed)`.
 
@@ -36,14 +37,16 @@ def interchange(
     `p_clean`, `p_corrupt`, `p_patched` (means over examples), `attrib` with its bootstrap interval
     `attrib_lo`/`attrib_hi` (95%, `n_boot` resamples), the same for logits (`logit_*`) and `n`;
     `per_example=True` returns one row per cell × example (column `example`) without attributions.
+    subsets: name -> bool mask [B]; the summary then has rows per subset (column `subset`, from the
+    same patched runs; e.g. `artefact.subsets`); default one subset "all".
     """
     positions = list(batch.roles) if positions is None else list(positions)
     missing = [p for p in positions if p not in batch.roles]
     if missing:
         raise ValueError(f"positions {missing} are not roles of this batch; known: {list(batch.roles)}")
-    return _experiment(
+    return interchange_at(
         lm, task, batch, corrupt, sites, {p: batch.roles[p] for p in positions},
-        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot,
+        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, subsets=subsets,
     )
 
 
@@ -63,15 +66,18 @@ def patch_all_positions(
     """`interchange` at every absolute position 0..T-1 (column `position` holds the index as a string)."""
     B, T = batch.tokens.shape
     where = {str(t): torch.full((B,), t, device=batch.tokens.device) for t in range(T)}
-    return _experiment(
+    return interchange_at(
         lm, task, batch, corrupt, sites, where,
         seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot,
     )
 
 
-def _experiment(
-    lm, task, batch, corrupt, sites, where: Mapping[str, torch.Tensor], *, seed, per_example, direction, chunk, n_boot
+def interchange_at(
+    lm, task, batch, corrupt, sites, where: Mapping[str, torch.Tensor], *, seed=0, per_example=False,
+    direction="sufficiency", chunk=None, n_boot=1000, subsets=None,
 ) -> pd.DataFrame:
+    """`interchange` at arbitrary positions: where[key] = positions [B] (or [B, K], patched together);
+    the `position` column holds the keys."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     counter = task.corrupt(batch, corrupt, seed)
@@ -95,12 +101,22 @@ def _experiment(
         {
             "corrupt": corrupt,
             "direction": direction,
+            "n_layers": len(lm.layers),
             "layer": [c.layer for c in cells],
             "site": [c.kind for c in cells],
             "position": [c.position for c in cells],
         }
     )
-    return _per_example(ids, scores) if per_example else _summary(ids, scores, direction, n_boot, seed)
+    if per_example:
+        return _per_example(ids, scores)
+    subsets = {"all": torch.ones(len(batch), dtype=torch.bool)} if subsets is None else subsets
+    parts = []
+    for name, mask in subsets.items():
+        keep = mask.cpu().numpy().astype(bool)
+        if keep.any():
+            part = {k: v[..., keep] for k, v in scores.items()}
+            parts.append(_summary(ids, part, direction, n_boot, seed).assign(subset=name))
+    return pd.concat(parts, ignore_index=True)
 
 
 def _summary(ids: pd.DataFrame, s: dict[str, np.ndarray], direction: str, n_boot: int, seed: int) -> pd.DataFrame:

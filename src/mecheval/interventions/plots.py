@@ -39,3 +39,58 @@ def heatmap(df: pd.DataFrame, site: str, path: str | Path, title: str = "") -> P
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+ROLE_ORDER = ("key", "value", "sep", "query")
+
+
+def layer_profile(df: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """Attribution per role at every block boundary (embedding, after layer 0, …, output), with the
+    bootstrap interval as a band: `resid_pre` of layer i is boundary i, `resid_post` of the last is L."""
+    rows = df[df["site"].isin(["resid_pre", "resid_post"])].copy()
+    rows["boundary"] = rows["layer"] + (rows["site"] == "resid_post")
+    rows = rows.drop_duplicates(["boundary", "position"])
+    n_layers = int(rows["boundary"].max())
+    fig, ax = plt.subplots(figsize=(4.2, 3.0), layout="constrained")
+    roles = [r for r in ROLE_ORDER if r in set(rows["position"])] + sorted(set(rows["position"]) - set(ROLE_ORDER))
+    for role in roles:
+        r = rows[rows["position"] == role].sort_values("boundary")
+        ax.plot(r["boundary"], r["attrib"], marker="o", label=role)
+        if "attrib_lo" in r:
+            ax.fill_between(r["boundary"], r["attrib_lo"], r["attrib_hi"], alpha=0.2)
+    ax.set_xticks(range(n_layers + 1), ["embed", *(f"after {i}" for i in range(n_layers - 1)), "output"])
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.axhline(1, color="0.7", lw=0.8, ls="--")
+    ax.set_ylabel("attrib (clean residual patched in)")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7, frameon=False)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def conv_window_heatmap(window: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """One panel per direction: rows (layer, site), columns offset from the queried key (and `joint`)."""
+    directions = list(dict.fromkeys(window["direction"]))
+    fig, axes = plt.subplots(1, len(directions), figsize=(3.6 * len(directions), 0.6 + 0.45 * window.groupby(["layer", "site"]).ngroups),
+                             layout="constrained", squeeze=False)
+    for ax, direction in zip(axes[0], directions):
+        part = window[window["direction"] == direction].copy()
+        part["row"] = "L" + part["layer"].astype(str) + " " + part["site"]
+        part["col"] = part["offset"].map(lambda o: "joint" if o < 0 else f"key+{o}")
+        grid = part.pivot_table(index="row", columns="col", values="attrib", aggfunc="mean")
+        grid = grid[sorted(grid.columns, key=lambda c: (c == "joint", c))]
+        ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(grid.shape[1]), grid.columns, fontsize=7)
+        ax.set_yticks(range(grid.shape[0]), grid.index, fontsize=7)
+        ax.set_title(f"{direction}", fontsize=8)
+        for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="w" if v < 0.5 else "k")
+    fig.suptitle(title, fontsize=8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

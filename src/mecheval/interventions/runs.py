@@ -2,7 +2,10 @@
 
     RUN_DIR/interventions.parquet        every (corrupt role, layer, site, position) row
     RUN_DIR/interventions/{role}_{site}.png   layer × position heatmaps
-    RUN_DIR/verdict.json                 the mechanism verdict (sufficiency runs with resid_pre only)
+    RUN_DIR/interventions/{role}_profile.png  attribution per role at every block boundary
+    RUN_DIR/accuracy.parquet             accuracy (Wilson 95% interval) per artefact subset and key distance
+    RUN_DIR/conv_window.parquet, conv_ablation.parquet, interventions/conv_window.png   (--analysis conv-window)
+    RUN_DIR/verdict.json                 the mechanism verdict, its detail, and the accuracy it rests on
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.interventions.accuracy import accuracy_fields, accuracy_table
+from mecheval.interventions.artefact import short_convs, subsets
+from mecheval.interventions.conv_window import conv_ablation, conv_window
 from mecheval.interventions.patching import interchange
-from mecheval.interventions.plots import heatmap
+from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile
 from mecheval.interventions.verdict import Verdict, mechanism
 
-RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
+RUN_MARKERS = ("config.yaml", "model.safetensors")
+PROFILE_SITES = ("resid_pre", "layers.*.resid_post")  # the layer profile: every block's input and output  # files every finished run directory holds
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -36,6 +43,9 @@ def present_sites(names: list[str], patterns: list[str]) -> list[str]:
     return [p for p in patterns if fnmatch.filter(names, p if "." in p else f"layers.*.{p}")]
 
 
+ANALYSES = ("conv-window",)  # optional analyses of `intervene_run` (`--analysis`)
+
+
 def intervene_run(
     run_dir: Path,
     corrupt: list[str],
@@ -47,31 +57,62 @@ def intervene_run(
     direction: str = "sufficiency",
     min_effect: float = 0.01,
     skip_missing_sites: bool = False,
+    analyses: list[str] = (),
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """Runs the interchange experiments of one run and writes its outputs -> (the table, the verdict or None).
 
-    `min_effect` is the verdict's `not learned` filter (the study's: 0.01 on AR, 0.1 on ATR);
-    `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out` without a conv).
+    Every table is split by the receptive-field artefact (`artefact.subsets`: column `subset`, the
+    verdict reads `outside`). The layer profile (`resid_pre` of every layer and `resid_post` of the
+    last) is always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
+    on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out`
+    without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet).
+    Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance).
     """
     from mecheval import load_run
 
+    unknown = sorted(set(analyses) - set(ANALYSES))
+    if unknown:
+        raise ValueError(f"unknown analyses {unknown}; known: {list(ANALYSES)}")
     run_dir = Path(run_dir)
     lm, task, _ = load_run(run_dir)
+    sites = list(dict.fromkeys([*sites, *PROFILE_SITES]))
     if skip_missing_sites:
         sites = present_sites(list(lm.sites()), sites)
     batch = task.sample(n, seed=seed, split=split)
+    masks = subsets(lm, batch)
     df = pd.concat(
-        [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction) for role in corrupt],
+        [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks)
+         for role in corrupt],
         ignore_index=True,
     )
     df.to_parquet(run_dir / "interventions.parquet", index=False)
+    accuracy_table(lm, batch, masks).to_parquet(run_dir / "accuracy.parquet", index=False)
+    window = None
+    for name in ("conv_window.parquet", "conv_ablation.parquet"):
+        (run_dir / name).unlink(missing_ok=True)  # a previous call's
+    if "conv-window" in analyses and short_convs(lm):
+        outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
+        window = conv_window(lm, task, outside, corrupt=corrupt[0], seed=seed)
+        window.to_parquet(run_dir / "conv_window.parquet", index=False)
+        conv_ablation(lm, outside).to_parquet(run_dir / "conv_ablation.parquet", index=False)
     for old in [*(run_dir / "interventions").glob("*.png"), run_dir / "verdict.json"]:  # a previous call's
         old.unlink(missing_ok=True)
-    for (role, site), part in df.groupby(["corrupt", "site"], sort=False):
+    shown = df[df["subset"] == ("outside" if masks["outside"].any() else "all")]
+    for (role, site), part in shown.groupby(["corrupt", "site"], sort=False):
         title = f"{textwrap.fill(run_dir.name, 36)}\ncorrupt {role}, {site}"
         heatmap(part, site, run_dir / "interventions" / f"{role}_{site}.png", title=title)
+    for role, part in shown.groupby("corrupt", sort=False):
+        layer_profile(part, run_dir / "interventions" / f"{role}_profile.png", title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {role}")
+    if window is not None and not window.empty:
+        conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
     readable = direction == "sufficiency" and "resid_pre" in set(df["site"])  # what the verdict reads
-    verdict = mechanism(df, corrupt=corrupt[0], min_effect=min_effect) if readable else None
+    verdict = None
+    if readable:
+        try:
+            verdict = mechanism(df, corrupt=corrupt[0], min_effect=min_effect, conv_window=window)
+        except ValueError:  # e.g. a 1-layer model without a conv: nothing to read but the embedding
+            verdict = None
     if verdict is not None:
-        (run_dir / "verdict.json").write_text(json.dumps(verdict.as_row(), indent=2) + "\n")
+        row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)
+        (run_dir / "verdict.json").write_text(json.dumps(row, indent=2) + "\n")
     return df, verdict

@@ -58,6 +58,7 @@ class Study:
     corrupt: tuple[str, ...] = ("key", "value")
     sites: tuple[str, ...] = ("resid_pre",)
     min_effect: float = 0.01  # the published filter: 0.01 on AR, 0.1 on ATR
+    analyses: tuple[str, ...] = ()  # extra readouts of `intervene_run` (e.g. "conv-window")
     findings: tuple[str, ...] = ()  # ids of `mecheval.study.findings.FINDINGS` checked in the report
     cpu_measured: str = "not timed yet"  # how long the cpu scale took here, and on what
 
@@ -123,7 +124,8 @@ STUDIES: dict[str, Study] = {
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU,
             archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)],
-            steps=AR_STEPS, findings=("attention_induction", "mamba_direct", "mamba_noconv_fails"),
+            steps=AR_STEPS, findings=("attention_induction", "mamba_direct", "mamba_conv_forms", "mamba_noconv_fails"),
+            analyses=("conv-window",),
         ),
         Study(
             name="ar-architectures",
@@ -131,7 +133,8 @@ STUDIES: dict[str, Study] = {
             description="The zoo on AR: accuracy by width, best learning rate, mechanism per architecture.",
             cpu_drops="one width (64), learning rates {1e-3, 3e-3}, 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch(a) for a in ZOO], steps=AR_STEPS, cpu_lrs=[1e-3, 3e-3],
-            findings=("attention_induction", "based_induction", "mamba_direct", "h3_hyena_poor"),
+            analyses=("conv-window",),
+            findings=("attention_induction", "based_induction", "mamba_direct", "mamba_conv_forms", "h3_hyena_poor"),
         ),
         Study(
             name="ar-mamba-conv",
@@ -139,8 +142,8 @@ STUDIES: dict[str, Study] = {
             description="Mamba with d_conv 0/1/2/3/4 on AR; interventions on the residual and inside the mixer.",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("mamba", d_conv=k) for k in (0, 1, 2, 3, 4)],
-            steps=AR_STEPS, sites=("resid_pre", "conv_out", "core_out"),
-            findings=("mamba_direct", "mamba_noconv_fails"),
+            steps=AR_STEPS, sites=("resid_pre", "conv_out", "core_out"), analyses=("conv-window",),
+            findings=("mamba_direct", "mamba_conv_forms", "mamba_noconv_fails"),
         ),
         Study(
             name="ar-based-conv",
@@ -148,6 +151,7 @@ STUDIES: dict[str, Study] = {
             description="Based with its layer-0 convolution of kernel 1/2/3/4 or a long convolution, on AR.",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("based", d_conv=[k, 0]) for k in (1, 2, 3, 4, "long")],
+            analyses=("conv-window",),
             steps=AR_STEPS, findings=("based_induction", "based_long_fails"),
         ),
         Study(

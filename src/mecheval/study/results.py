@@ -14,7 +14,7 @@ from mecheval.training.run_dir import RunDir
 
 ACC = "summary.final.test.acc"
 HELDOUT_ACC = "summary.final.heldout.acc"  # ATR's generalisation split, where the study evaluates it
-VERDICT_FIELDS = ("verdict", "effect", "attrib@key", "attrib@value", "attrib@query")
+VERDICT_FIELDS = ("verdict", "detail", "effect", "attrib@key", "attrib@value", "attrib@query")  # always present
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,8 +46,9 @@ def arch_label(row: pd.Series) -> str:
 
 def study_table(study_dir: str | Path) -> pd.DataFrame:
     """Every run of the study: config, summary, `arch`, `acc` (`acc_heldout` too where the held-out
-    split was evaluated), `best_lr` (True for the runs the
-    published selection keeps) and the verdict fields (NaN where interventions were not run)."""
+    split was evaluated), `best_lr` (True for the runs the published selection keeps), `run_dir`, and
+    every field of the run's verdict.json (None where interventions were not run): the verdict and its
+    detail, attributions with intervals, `acc_all` / `acc_outside` with intervals and example counts."""
     study_dir = Path(study_dir)
     df = collect(study_dir)
     # selected on the config columns alone, before derived columns (arch, acc) join them
@@ -58,10 +59,12 @@ def study_table(study_dir: str | Path) -> pd.DataFrame:
         df["acc_heldout"] = df[HELDOUT_ACC]
     df["best_lr"] = df["name"].isin(best)
     df["chance"] = [_chance(RunDir(study_dir / RUNS / name).read_config().task) for name in df["name"]]
+    df["run_dir"] = [str(study_dir / RUNS / name) for name in df["name"]]
     verdicts = []
     for name in df["name"]:
         path = study_dir / RUNS / name / "verdict.json"
         verdicts.append(json.loads(path.read_text()) if path.exists() else {})
-    for f in VERDICT_FIELDS:
+    fields = list(dict.fromkeys([*VERDICT_FIELDS, *(k for v in verdicts for k in v)]))
+    for f in fields:  # the verdict, its detail and intervals, and the accuracy it rests on (`intervene_run`)
         df[f] = [v.get(f) for v in verdicts]
     return df

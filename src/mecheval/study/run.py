@@ -67,7 +67,7 @@ def run_study(
     todo = [d for d in runs if not (d / "verdict.json").exists()]
     for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
         intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),
-                      min_effect=study.min_effect, skip_missing_sites=True)
+                      min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
     times["intervene_s"] = time.perf_counter() - start
 
     collect(out).to_parquet(out / "runs.parquet", index=False)
