@@ -9,7 +9,8 @@ Implementations (`IMPLEMENTATIONS`, a list of (name, factory); add a column by a
     mambapy  the Mamba reference of alxndrTL/mamba.py (parallel scan), matched d_state/d_conv/expand
     masked   attention as the explicit quadratic form softmax(QK^T/sqrt(d_h) + causal mask) V
     reference  our blocks with the pure-PyTorch ops instead of the fused CPU kernels that `ours`
-             uses by default (`MECHEVAL_KERNELS=reference`; mixers with a dispatched op: Mamba)
+             uses by default (`MECHEVAL_KERNELS=reference`: the selective scan, the short conv, H3's
+             diagonal SSM, the delta rule)
 Ratios are ours / reference (> 1: ours is faster). Every cell runs in a fresh process whose
 address space is capped (`--max-gb`): a cell that needs more (per-step forms keep every step's
 state for backward) shows "OOM" instead of taking the machine down.
@@ -110,8 +111,8 @@ class ReferenceKernels(nn.Module):
             return self.inner(x)
 
 
-def reference_kernels(cfg: ModelConfig) -> nn.Module | None:
-    return with_mixers(cfg, ReferenceKernels) if "mamba" in cfg.mixer else None
+def reference_kernels(cfg: ModelConfig) -> nn.Module:
+    return with_mixers(cfg, ReferenceKernels)
 
 
 IMPLEMENTATIONS: list[tuple[str, Factory]] = [

@@ -6,6 +6,10 @@ backward and AdamW on a fixed batch, no trainer. Every cell is timed round-robin
 turn, and a cell's rate is its median over rounds, so a busy machine slows all cells alike and the
 ratios of one run hold even where the absolute numbers do not. Tables:
 
+One-thread rates are steps per second of the process's CPU time (what a core of its own would give:
+other processes' load does not count, their contention for caches and memory does); the threads table
+compares wall-clock rates, since a second thread only pays off in wall time.
+
   1. one thread: steps/s with the fused CPU kernels (the default), ratio to attention, the time for the
      published 50,016 steps, steps/s with the pure-PyTorch reference ops (`MECHEVAL_KERNELS=reference`),
      and fused / reference;
@@ -60,26 +64,29 @@ def trainer_step(preset: str, tmp: Path) -> Callable[[], None]:
 
 
 class Cell:
-    """A step function timed under a thread count and a kernel mode: per-round seconds per step."""
+    """A step function timed under a thread count and a kernel mode: per-round seconds per step, by the
+    wall clock and by this process's CPU time (all its threads)."""
 
     def __init__(self, step: Callable[[], None], threads: int = 1, mode: str | None = None) -> None:
-        self.step, self.threads, self.mode, self.times = step, threads, mode, []
+        self.step, self.threads, self.mode = step, threads, mode
+        self.times: dict[str, list[float]] = {"wall": [], "cpu": []}
 
-    def run(self, n: int) -> float:
+    def run(self, n: int) -> tuple[float, float]:
         torch.set_num_threads(self.threads)
         with kernel_mode(self.mode) if self.mode else nullcontext():
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             for _ in range(n):
                 self.step()
-            return (time.perf_counter() - start) / n
+            return (time.perf_counter() - wall) / n, (time.process_time() - cpu) / n
 
     def time(self, n: int) -> None:
-        self.times.append(self.run(n))
+        wall, cpu = self.run(n)
+        self.times["wall"].append(wall)
+        self.times["cpu"].append(cpu)
 
-    @property
-    def rate(self) -> float:
-        """Steps/s: the median over rounds."""
-        return 1 / statistics.median(self.times)
+    def rate(self, clock: str = "cpu") -> float:
+        """Steps per second of `clock` ("cpu" or "wall"): the median over rounds."""
+        return 1 / statistics.median(self.times[clock])
 
 
 def measure(cells: list[Cell], rounds: int, steps: int) -> None:
@@ -110,23 +117,24 @@ def main(
                              "2 threads": Cell(step, threads=2), "trainer": Cell(trainer_step(preset, Path(tmp)))}
         measure([c for row in cells.values() for c in row.values()], rounds, steps)
     torch.set_num_threads(1)
-    base = cells["attention"]["fused"].rate if "attention" in cells else float("nan")
-    print(f"\n## bare AdamW step, 1 thread: published AR (T=37), 2 layers, d={D_MODEL}, batch {BATCH}; "
+    base = cells["attention"]["fused"].rate() if "attention" in cells else float("nan")
+    print(f"\n## bare AdamW step, 1 thread (steps per CPU second): published AR (T=37), 2 layers, d={D_MODEL}, batch {BATCH}; "
           f"median of {rounds} round-robin rounds of {steps} steps")
     print(f"{'mixer':<10} {'steps/s':>8} {'/attn':>6} {'50,016 steps':>13} {'reference':>10} {'fused/ref':>10}")
     for preset, row in cells.items():
-        fused, ref = row["fused"].rate, row["reference"].rate
+        fused, ref = row["fused"].rate(), row["reference"].rate()
         print(f"{preset:<10} {fused:>8.1f} {fused / base:>6.2f} {hms(PAPER_STEPS / fused):>13} {ref:>10.1f} {fused / ref:>10.2f}")
-    print("\n## threads: bare step, steps/s")
+    print("\n## threads: bare step, wall-clock steps/s")
     print(f"{'mixer':<10} {'1 thread':>9} {'2 threads':>10} {'2/1':>6} {'picked':>7}")
     for preset, row in cells.items():
         one, two = row["fused"], row["2 threads"]
-        picked = fastest({1: one.times, 2: two.times})
-        print(f"{preset:<10} {one.rate:>9.1f} {two.rate:>10.1f} {two.rate / one.rate:>6.2f} {picked:>7}")
+        picked = fastest({1: one.times["wall"], 2: two.times["wall"]})
+        w1, w2 = one.rate("wall"), two.rate("wall")
+        print(f"{preset:<10} {w1:>9.1f} {w2:>10.1f} {w2 / w1:>6.2f} {picked:>7}")
     print("\n## trainer step vs bare step, 1 thread (goal: within 10%)")
     print(f"{'mixer':<10} {'bare':>8} {'trainer':>8} {'cost':>7}")
     for preset, row in cells.items():
-        bare, trainer = row["fused"].rate, row["trainer"].rate
+        bare, trainer = row["fused"].rate(), row["trainer"].rate()
         print(f"{preset:<10} {bare:>8.1f} {trainer:>8.1f} {bare / trainer - 1:>+7.1%}")
 
 

@@ -93,8 +93,9 @@ def short_conv(x, weight):
 
 def diag_ssm(u, dA, dB, C):
     """H3's diagonal SSM, same result as `ops.diag_ssm.diag_ssm`: u [B, T, H, *E] real; dA, dB, C [H, M]
-    complex -> y like u. On CPU the fused kernel (kernel by recurrence, direct conv); else by FFT."""
-    if current_mode() == "auto" and _fused_cpu_ok(u) and not any(p.is_cuda for p in (dA, dB, C)):
+    complex -> y like u. On CPU the fused kernel (by recurrence; a direct conv up to FFT_MIN_TAPS steps);
+    else the kernel in polar form, convolved by FFT."""
+    if current_mode() == "auto" and _fused_cpu_ok(u) and all(p.device.type == "cpu" for p in (dA, dB, C)):
         from mecheval.models.ops.diag_ssm_fused import diag_ssm_fused  # numba compiles lazily
 
         return diag_ssm_fused(u, dA, dB, C)
