@@ -34,6 +34,9 @@ run: $(VENV)/.env
 	$(VENV)/bin/mecheval study quick --out $(OUT)/quick
 
 test: $(VENV)/.env-test
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  echo "note: Chromium not found, so the browser tests (tests/study/test_report_browser.py) will be SKIPPED;" \
+	       "install it (apt-get install chromium, as .ci/run does) to run them"
 	$(PY) -m pytest -n 2 -m "not slow" -q
 
 test-slow: $(VENV)/.env-test

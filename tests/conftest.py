@@ -1,9 +1,15 @@
-"""Fixtures for the whole suite: one torch thread per test, and a tiny AR training run as plain data."""
+"""Fixtures for the whole suite: one torch thread per test and per sweep worker, and a tiny AR
+training run as plain data."""
 
 import copy
+import os
 
 import pytest
 import torch
+
+# Sweep workers (spawned, and `mecheval` subprocesses) inherit this: one thread, as in the tests, so
+# a run trained by a worker is bitwise comparable to one trained here, whatever the core count.
+os.environ["MECHEVAL_THREADS"] = "1"
 
 TINY_RUN = {
     "task": {"name": "ar", "params": {"n_pairs": 4, "n_keys": 16, "n_values": 16}},

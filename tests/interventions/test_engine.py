@@ -89,9 +89,10 @@ def test_key_patch_at_the_embedding_has_attribution_one(ar_task):
     lm = random_lm(ar_task.vocab_size)
     df = interchange(lm, ar_task, batch, "key", ["layers.0.resid_pre"], ["key", "value", "query"])
     attrib = df.set_index("position")["attrib"]
-    assert attrib["key"] == 1.0 and attrib["value"] == 0.0 and attrib["query"] == 0.0
+    assert attrib.to_dict() == pytest.approx({"key": 1.0, "value": 0.0, "query": 0.0}, abs=1e-6)
     row = df.set_index("position").loc["key"]
-    assert row.p_patched == row.p_clean and row.attrib_lo == row.attrib_hi == 1.0
+    assert row.p_patched == pytest.approx(row.p_clean, abs=1e-6)
+    assert (row.attrib_lo, row.attrib_hi) == pytest.approx((1.0, 1.0), abs=1e-6)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

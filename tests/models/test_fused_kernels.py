@@ -75,7 +75,7 @@ def test_fused_runs_in_a_process_forked_after_use():
     child.start()
     child.join(60)
     assert child.exitcode == 0
-    assert queue.get(timeout=1) == expected
+    assert queue.get(timeout=1) == pytest.approx(expected, rel=1e-6)  # the child may use other threads
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 5, 3, 4), (1, 9, 2, 3)])

@@ -91,7 +91,8 @@ def test_shorter_sequences_use_the_first_taps_of_the_same_filter():
     conv = long_conv()
     full = conv.filter(32)
     assert full.shape == (32, 6)
-    torch.testing.assert_close(conv.filter(11), full[:11], atol=0, rtol=0)
+    # two FFT lengths: equal up to float64 rounding (1.4e-17 seen on AMD EPYC), not bit for bit
+    torch.testing.assert_close(conv.filter(11), full[:11], atol=1e-14, rtol=1e-12)
     u = randn(1, 32, 6, seed=3)
     torch.testing.assert_close(conv(u[:, :11]), conv(u)[:, :11], atol=1e-12, rtol=0)
 

@@ -15,7 +15,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium not installed")
+pytestmark = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
+                                reason="Chromium not installed: `apt-get install chromium` (or put it on PATH) to run the browser tests")
 
 
 def chromium(tmp_path, *args):

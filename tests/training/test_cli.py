@@ -50,6 +50,7 @@ def test_train_command_reports_the_bad_field(tmp_path, config_file):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_is_bitwise_identical(tmp_path, config_file, tiny_config):
     """A real process killed (SIGKILL) mid-run, then `--resume`d, ends with the uninterrupted weights."""
     sets = ["steps=200", "checkpoint_every=10", "train_size=100"]

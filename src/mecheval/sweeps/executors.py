@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ERROR_LOG = "error.log"
+THREADS_ENV = "MECHEVAL_THREADS"  # caps each local worker's torch threads; 1 makes runs match one-thread runs bit for bit
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,16 @@ def _watch_parent(parent: int, poll_s: float = 0.5) -> None:
 
 
 def run_local(jobs: list[Job], workers: int) -> Iterator[Outcome]:
-    """`workers` spawned processes, C // W torch threads at most each; yields outcomes as runs finish.
-    On KeyboardInterrupt the queued runs are cancelled and the running ones stop at a checkpoint."""
+    """`workers` spawned processes, C // W torch threads at most each ($MECHEVAL_THREADS at most
+    where set); yields outcomes as runs finish. On KeyboardInterrupt the queued runs are cancelled and the
+    running ones stop at a checkpoint."""
     from mecheval.training.threads import threads_per_worker
 
+    threads = int(os.environ.get(THREADS_ENV) or threads_per_worker(workers))
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(os.getpid(),))
     try:
-        futures = {pool.submit(run_one, job.config, str(job.run_dir), threads_per_worker(workers)): job.name for job in jobs}
+        futures = {pool.submit(run_one, job.config, str(job.run_dir), threads): job.name for job in jobs}
         for future in as_completed(futures):
             name = futures[future]
             try:
