@@ -39,10 +39,14 @@ def test_report_rows_are_the_architectures_with_their_labels(tiny_study):
     assert "not run" in text  # h3/hyena were not in this study
     figures = report.html.parent / "figures"
     assert (figures / "accuracy.png").stat().st_size > 1000
-    # a heatmap per architecture and site it has: the residual stream and each mixer's core output
+    # a heatmap per architecture and site it has: the residual stream (block inputs, then outputs) and each
+    # mixer's core output; and the layer profile per architecture
     heatmaps = sorted(p.name for p in figures.glob("heatmap_*.png"))
-    assert heatmaps == ["heatmap_attention.png", "heatmap_attention_core_out.png",
-                        "heatmap_mamba_d_conv_0.png", "heatmap_mamba_d_conv_0_core_out.png"]
+    assert heatmaps == ["heatmap_attention.png", "heatmap_attention_core_out.png", "heatmap_attention_resid_post.png",
+                        "heatmap_mamba_d_conv_0.png", "heatmap_mamba_d_conv_0_core_out.png",
+                        "heatmap_mamba_d_conv_0_resid_post.png"]
+    assert sorted(p.name for p in figures.glob("profile_*.png")) == ["profile_attention.png", "profile_mamba_d_conv_0.png"]
+    assert "Accuracy and the conv-reach artefact" in text
     assert text.index("heatmap_mamba_d_conv_0.png") < text.index("heatmap_mamba_d_conv_0_core_out.png")
 
 
