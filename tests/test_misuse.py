@@ -308,10 +308,14 @@ def test_bad_intervene_arguments_are_one_line(finished_run, option, value, expec
 
 
 @pytest.mark.parametrize("broken, text", [(CONFIG, "model: [unclosed"), (SUMMARY, '{"final": ')])
-def test_a_corrupt_run_file_is_one_line(finished_run, broken, text):
+def test_a_corrupt_run_file_is_one_line(finished_run, broken, text, tmp_path, tiny_run):
     (finished_run / broken).write_text(text)
     line = one_error_line(cli("runs", finished_run.parent.parent))
     assert str(finished_run / broken) in line
+    spec = write_spec(tmp_path / "sweep.yaml", tiny_run, {"seed": [0]})
+    finished_run.rename(finished_run.parent / "seed-0")  # the sweep's run, its file corrupt
+    refused = cli("sweep", spec, "--out", finished_run.parent.parent)
+    assert refused.exit_code == 2 and "seed-0: " in refused.output and "Traceback" not in refused.output
 
 
 def config_file(path: Path, config: dict) -> Path:
@@ -327,14 +331,15 @@ def test_out_being_a_file_is_one_line(tmp_path, tiny_run):
     assert (tmp_path / "file").read_text() == "mine"
 
 
-def test_a_full_disk_is_one_line(tmp_path, tiny_run, monkeypatch):
+@pytest.mark.parametrize("errno, text", [(28, "No space left on device"), (13, "Permission denied")])
+def test_a_full_disk_or_an_unwritable_out_is_one_line(tmp_path, tiny_run, monkeypatch, errno, text):
     def full(path, data):
-        raise OSError(28, "No space left on device", str(path))
+        raise OSError(errno, text, str(path))
 
     monkeypatch.setattr("mecheval.training.checkpoint.atomic_write_bytes", full)
     spec = write_spec(tmp_path / "sweep.yaml", tiny_run)
     line = one_error_line(cli("sweep", spec, "--out", tmp_path / "out"))
-    assert line.startswith(f"error: {tmp_path / 'out' / 'sweep.yaml'}: No space left on device")
+    assert line.startswith(f"error: {tmp_path / 'out' / 'sweep.yaml'}: {text}")
 
 
 def test_debug_shows_the_traceback(tmp_path, tiny_run, monkeypatch):
