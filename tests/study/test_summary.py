@@ -61,6 +61,16 @@ def test_terminal_shows_seeds_and_grammar_columns_where_the_study_has_them(gramm
     summary = summarise(study_rows(grammars))
     console = Console(record=True, width=250)
     print_summary(Report(tmp_path / "report.md", tmp_path / "report.html", summary), console)
-    header = console.export_text().splitlines()[2]
+    header = next(line for line in console.export_text().splitlines() if "┃ arch" in line)
     assert "seeds" in header and ("grammar" in header) == (len(grammars) > 1)
     assert "heldout" not in header
+
+
+def test_published_accuracy_reads_the_width_grammar_and_conv():
+    from mecheval.report.compare import published_accuracy
+
+    assert published_accuracy("atr", "easy", "mamba", 64) == 0.96
+    assert published_accuracy("atr", None, "attention", 64) == 0.94  # the easy grammar by default
+    assert published_accuracy("atr", "medium", "h3", 64) is None  # not reported
+    assert published_accuracy("ar", None, "mamba (d_conv 3)", 64) == 0.91
+    assert published_accuracy("ar", None, "hyena", 256) == 0.30

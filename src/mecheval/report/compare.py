@@ -28,9 +28,8 @@ def published_accuracy(task: str, grammar: str | None, label: str, width: int) -
             else None
         )
         return None if table is None else table.get(width)
-    if task == "atr" and grammar in (None, "easy") and conv is None and arch in published.ATR_EASY_RANGE:
-        lo, hi = published.ATR_EASY_RANGE[arch]
-        return {published.WIDTHS[0]: lo, published.WIDTHS[-1]: hi}.get(width)
+    if task == "atr" and conv is None:
+        return published.ATR_ACCURACY.get(grammar or "easy", {}).get(arch, {}).get(width)
     return None
 
 

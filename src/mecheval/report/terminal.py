@@ -18,6 +18,14 @@ def _text(v) -> str:
     return v if isinstance(v, str) else "-"
 
 
+def _ci(r, col: str) -> str:
+    """`0.98 [0.96, 0.99]`: a value with its 95% interval (`-` where missing)."""
+    lo, hi = r.get(f"{col}_lo"), r.get(f"{col}_hi")
+    if lo is None or lo != lo:
+        return _num(r.get(col))
+    return f"{_num(r[col])} [{lo:.2f}, {hi:.2f}]"
+
+
 def print_summary(report: Report, console: Console | None = None) -> None:
     """One row per (architecture, width[, grammar]): accuracy and verdict beside the published ones;
     the grammar, seed count and held-out accuracy columns appear where the study has them."""
@@ -29,17 +37,23 @@ def print_summary(report: Report, console: Console | None = None) -> None:
         ("lr", lambda r: _num(r["optim.lr"], "{:g}"), False, True),
         ("seeds", lambda r: str(r["seeds"]), False, summary["seeds"].max() > 1),
         ("acc", lambda r: _num(r["acc"]), False, True),
+        ("acc outside", lambda r: _ci(r, "acc_outside"), False, "acc_outside" in summary),
         ("heldout", lambda r: _num(r.get("acc_heldout")), False, "acc_heldout" in summary),
         ("pub acc", lambda r: _num(r["published_acc"]), False, True),
         ("verdict", lambda r: _text(r["verdict"]), True, True),
         ("pub verdict", lambda r: _text(r["published_verdict"]), True, True),
         ("", lambda r: f"[{STYLE[r['agree']]}]{r['agree']}[/]" if r["agree"] in STYLE else "", True, True),
-        *((f"@{pos}", lambda r, pos=pos: _num(r[f"attrib@{pos}"]), False, True) for pos in ("key", "value", "query")),
+        *((f"@{pos}", lambda r, pos=pos: "–" if r["verdict"] == "not learned" else _num(r[f"attrib@{pos}"]), False, True)
+          for pos in ("key", "value", "query")),
+        ("detail", lambda r: _text(r.get("detail")), True, "detail" in summary),
     ]
     columns = [c for c in columns if c[3]]
-    table = Table(title=f"{report.html.parent.name}: best learning rate per architecture (ours | published)")
+    table = Table(title=f"{report.html.parent.name}: best learning rate per architecture (ours | published); "
+                        "attributions on the examples outside the conv reach")
     for header, _, text, _ in columns:
-        table.add_column(header, justify="left" if text else "right", no_wrap=text)
+        detail = header == "detail"
+        table.add_column(header, justify="left" if text else "right", no_wrap=text and not detail,
+                         overflow="fold" if detail else "ellipsis", min_width=None if detail else len(header))
     for _, r in summary.iterrows():
         table.add_row(*(cell(r) for _, cell, _, _ in columns))
     console = console or Console()
