@@ -35,7 +35,7 @@ def cfg(**kw) -> ModelConfig:
         (dict(mixer="mamba", d_conv=[4, -2]), "d_conv"),
         (dict(mixer="attention", d_conv=3), "d_conv: layer 0 mixer 'attention' has no convolution"),
         (dict(mixer=["mamba", "attention"], d_conv=4), "d_conv: layer 1 mixer 'attention'"),
-        (dict(options={"transformer": {}}), "options: unknown mixers \\['transformer'\\]"),
+        (dict(options={"transformer": {}}), "options.transformer: unknown mixer 'transformer'"),
         (dict(options={"attention": {"n_head": 2}}), "options.attention(.|\n)*n_head"),
         (dict(options={"attention": {"n_heads": "two"}}), "options.attention(.|\n)*n_heads"),
         (dict(norm="batchnorm"), "norm"),

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mecheval.models.presets import ARCHITECTURES
 from mecheval.models.shortconv import ConvSpec, validate_conv_spec
+from mecheval.plugins import PluginError
 
 NormKind = Literal["layernorm", "rmsnorm"]
 
@@ -37,7 +38,7 @@ class ModelConfig(BaseModel):
     vocab_size: int = Field(gt=0)
     d_model: int = Field(64, gt=0)
     n_layers: int = Field(2, gt=0)
-    mixer: str | list[str] = "attention"
+    mixer: str | list[str] = Field("attention", description="a zoo name or an import path 'package.module:Class'")
     d_conv: ConvSpec | None | list[ConvSpec | None] = None
     mlp: bool | None | list[bool | None] = None
     norm: NormKind | None | list[NormKind | None] = None
@@ -76,14 +77,11 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _resolve(self) -> "ModelConfig":
-        from mecheval.models.mixers import MIXERS
+        from mecheval.models.mixers import mixer_spec
 
         n = self.n_layers
         mixers = _per_layer(self.mixer, n, "mixer")
-        for m in mixers:
-            if m not in MIXERS:
-                raise ValueError(f"unknown mixer {m!r}; known: {sorted(MIXERS)}")
-        specs = [MIXERS[m] for m in mixers]
+        specs = [mixer_spec(m) for m in mixers]  # zoo names or import paths; errors name what is wrong
         convs = _per_layer(self.d_conv, n, "d_conv")
         mlps = _per_layer(self.mlp, n, "mlp")
         norms = _per_layer(self.norm, n, "norm")
@@ -93,13 +91,10 @@ class ModelConfig(BaseModel):
                 raise ValueError(f"d_conv: layer {i} mixer {mixers[i]!r} has no convolution (use 0)")
             mlps[i] = s.default_mlp if mlps[i] is None else mlps[i]
             norms[i] = s.default_norm if norms[i] is None else norms[i]
-        unknown = sorted(set(self.options) - set(MIXERS))
-        if unknown:
-            raise ValueError(f"options: unknown mixers {unknown}; known: {sorted(MIXERS)}")
         for name, opts in self.options.items():
             try:
-                MIXERS[name].options(**opts)
-            except ValidationError as e:
+                mixer_spec(name).options(**opts)
+            except (ValidationError, PluginError) as e:
                 raise ValueError(f"options.{name}: {e}") from None
         if self.init == "zoology" and set(mixers) != {"mamba"}:
             raise ValueError(f"init 'zoology' is the study's scheme for Mamba models only; mixers are {mixers}")
@@ -111,11 +106,11 @@ class ModelConfig(BaseModel):
         if self.final_norm is None:
             object.__setattr__(self, "final_norm", norms[-1])
         if self.pos_emb is None:
-            object.__setattr__(self, "pos_emb", "learned" if "attention" in mixers else "none")
+            object.__setattr__(self, "pos_emb", "learned" if any(s.positions for s in specs) else "none")
         return self
 
     def mixer_options(self, name: str):
         """The validated options of mixer `name` (its defaults updated by `options[name]`)."""
-        from mecheval.models.mixers import MIXERS
+        from mecheval.models.mixers import mixer_spec
 
-        return MIXERS[name].options(**self.options.get(name, {}))
+        return mixer_spec(name).options(**self.options.get(name, {}))

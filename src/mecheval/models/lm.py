@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mecheval.models.config import ModelConfig
-from mecheval.models.mixers import MIXERS
+from mecheval.models.mixers import mixer_spec
 from mecheval.models.sites import Site
 
 ZOOLOGY_STD = 0.02  # the std of embeddings (token and position) in the study's code (zoology's _init_weights)
@@ -48,7 +48,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, i: int) -> None:
         super().__init__()
-        spec = MIXERS[cfg.mixer[i]]
+        spec = mixer_spec(cfg.mixer[i])
         self.resid_pre, self.mixer_in, self.mixer_out, self.resid_mid = Site(), Site(), Site(), Site()
         self.norm1 = make_norm(cfg.norm[i], cfg.d_model)
         self.mixer = spec.cls(cfg.d_model, cfg.d_conv[i], cfg.mixer_options(cfg.mixer[i]), i, cfg.max_len)

@@ -14,13 +14,18 @@ SPLITS = ("train", "test")
 class Task(abc.ABC):
     """A seeded generator of retrieval examples with known role positions.
 
-    Subclasses are built by `mecheval.tasks.make_task(name, **params)`; `params` is a `Params` model
-    holding the validated parameters (so `task.params.model_dump()` reproduces the task).
+    Subclasses are built by `mecheval.tasks.make_task(name, **params)` (a zoo name or an import path
+    `package.module:MyTask`) as `cls(cls.Params(**params))`; `params` is the validated `Params` model
+    (so `task.params.model_dump()` reproduces the task). The contract, checked at load by `check_task`:
+    a class attribute `name`, `Params` (a pydantic model), and every abstract member below. Tasks whose
+    `corrupt` uses `corruption.replace_with_absent` also set `key_range` / `value_range`.
     """
 
     name: str
     Params: type  # the pydantic model of the parameters (extra="forbid")
     params: object
+    key_range: tuple[int, int]  # [lo, hi) of the key token ids (where corruption draws a new key)
+    value_range: tuple[int, int]  # [lo, hi) of the value token ids
 
     @property
     @abc.abstractmethod
@@ -66,3 +71,22 @@ class Task(abc.ABC):
     def chance_accuracy(self) -> float:
         """Accuracy of guessing uniformly among the plausible answers (for reports)."""
         return 0.0
+
+
+def check_task(obj: object, name: str) -> type[Task]:
+    """`obj` as a Task class, or PluginError naming `name` and every part of the contract it misses."""
+    from pydantic import BaseModel
+
+    from mecheval.plugins import PluginError
+
+    if not (isinstance(obj, type) and issubclass(obj, Task)):
+        raise PluginError(f"task {name!r}: expected a subclass of mecheval.tasks.Task, got {obj!r}")
+    problems = [f"{m} is not defined" for m in sorted(obj.__abstractmethods__)]
+    if not isinstance(getattr(obj, "name", None), str):
+        problems.append("class attribute name (a str) is not defined")
+    params = getattr(obj, "Params", None)
+    if not (isinstance(params, type) and issubclass(params, BaseModel)):
+        problems.append("Params (a pydantic model of the parameters) is not defined")
+    if problems:
+        raise PluginError(f"task {name!r}: " + "; ".join(problems))
+    return obj

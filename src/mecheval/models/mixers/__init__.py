@@ -1,16 +1,36 @@
-"""The mixer zoo: name -> MixerSpec (class, options, published block defaults)."""
+"""The mixer zoo, registered by import path like any plug-in: `mixer_spec(name)` -> MixerSpec.
 
-from mecheval.models.mixers import attention, based, baseconv, deltanet, h3, hyena, mamba
+A config's `model.mixer` is a zoo name (`mamba`) or an import path (`mypkg.retnet:RetNet`, a `Mixer`
+subclass or a `MixerSpec`); both load through `mixer_spec`, which checks the contract (`base.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
+from mecheval.plugins import PluginError, is_import_path, load
 
-MIXERS: dict[str, MixerSpec] = {
-    "attention": attention.SPEC,
-    "mamba": mamba.SPEC,
-    "deltanet": deltanet.SPEC,
-    "h3": h3.SPEC,
-    "hyena": hyena.SPEC,
-    "based": based.SPEC,
-    "baseconv": baseconv.SPEC,
+ZOO: dict[str, str] = {
+    name: f"mecheval.models.mixers.{name}:SPEC"
+    for name in ("attention", "mamba", "deltanet", "h3", "hyena", "based", "baseconv")
 }
 
-__all__ = ["MIXERS", "Mixer", "MixerOptions", "MixerSpec"]
+
+@functools.cache
+def mixer_spec(name: str) -> MixerSpec:
+    """The spec of zoo mixer `name` or of the plug-in at import path `name`; PluginError names what is
+    wrong (unknown name, import failure, broken contract)."""
+    if name not in ZOO and not is_import_path(name):
+        raise PluginError(f"unknown mixer {name!r}; known: {sorted(ZOO)}, or an import path 'package.module:Class'")
+    return MixerSpec.of(load(ZOO.get(name, name), "mixer"), name)
+
+
+def mixer_label(name: str) -> str:
+    """How reports name a mixer: its zoo name, or a plug-in's class name in lower case (`mamba2`)."""
+    return name if name in ZOO else mixer_spec(name).cls.__name__.lower()
+
+
+MIXERS: dict[str, MixerSpec] = {name: mixer_spec(name) for name in ZOO}
+
+__all__ = ["MIXERS", "ZOO", "Mixer", "MixerOptions", "MixerSpec", "mixer_label", "mixer_spec"]

@@ -59,4 +59,4 @@ class Attention(Mixer):
         return self.out(core.transpose(1, 2).reshape(B, D)), (keys, values)
 
 
-SPEC = MixerSpec(cls=Attention, options=AttentionOptions, default_conv=0)
+SPEC = MixerSpec(cls=Attention, options=AttentionOptions, default_conv=0, positions=True)

@@ -1,4 +1,18 @@
-"""What every sequence mixer is: a causal map [B, T, D] -> [B, T, D] with named internal sites."""
+"""What every sequence mixer is: a causal map [B, T, D] -> [B, T, D] with named internal sites.
+
+The contract, written down once (checked when a mixer is loaded, `MixerSpec.of`; its behaviour by
+`mecheval check-mixer`, `mecheval.models.conformance`):
+- `__init__(d_model, conv, options, layer_idx, max_len)`: `conv` is the block's `d_conv` (0, a kernel
+  size k >= 1, or "long"); build the convolution with `shortconv.make_conv(conv, channels, max_len)`.
+- `forward(x [B, T, D]) -> [B, T, D]`, causal: output t depends on inputs 0..t only.
+- the recurrent form (optional): `init_state(B)` and `step(x_t [B, D], state) -> (y_t [B, D], state)`,
+  equal to `forward` step by step.
+- sites: every `Site` module anywhere inside the mixer is an intervention site named after its
+  attribute (`layers.{i}.<name>`), carrying [B, T, D_site]; by convention `conv_out` (the conv's output,
+  only where a conv exists) and `core_out` (the core's output before the output projection).
+- class attributes, the published defaults of a block that uses it: `Options` (a `MixerOptions`),
+  `default_conv`, `default_mlp`, `default_norm`, `positions` (learned position embeddings), `has_conv`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +23,8 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from mecheval.models.shortconv import ConvSpec
+from mecheval.models.shortconv import ConvSpec, validate_conv_spec
+from mecheval.plugins import PluginError
 
 
 class MixerOptions(BaseModel):
@@ -28,6 +43,11 @@ class Mixer(nn.Module):
     """
 
     has_conv: ClassVar[bool] = True
+    Options: ClassVar[type[MixerOptions]] = MixerOptions
+    default_conv: ClassVar[ConvSpec] = 0
+    default_mlp: ClassVar[bool] = True
+    default_norm: ClassVar[str] = "layernorm"
+    positions: ClassVar[bool] = False  # True: the LM adds learned position embeddings (pos_emb default)
 
     def __init__(self, d_model: int, conv: ConvSpec, options: MixerOptions, layer_idx: int, max_len: int):
         super().__init__()
@@ -55,6 +75,9 @@ class Mixer(nn.Module):
         return torch.stack(ys, dim=1)
 
 
+NORMS = ("layernorm", "rmsnorm")
+
+
 @dataclass(frozen=True)
 class MixerSpec:
     """Registry entry: the class, its options, and the published defaults of a block that uses it."""
@@ -64,9 +87,42 @@ class MixerSpec:
     default_conv: ConvSpec  # the published short-conv kernel (0 where the mixer has none)
     default_mlp: bool = True
     default_norm: str = "layernorm"
-    has_recurrent: bool = True  # False: no step form (e.g. attention without a KV cache)
+    positions: bool = False  # the LM adds learned position embeddings by default
 
     @property
     def has_conv(self) -> bool:
         """False: the mixer has no convolution slot (d_conv must be 0)."""
         return self.cls.has_conv
+
+    @property
+    def has_recurrent(self) -> bool:
+        """True where the mixer defines its step form (`init_state` + `step`)."""
+        return self.cls.step is not Mixer.step and self.cls.init_state is not Mixer.init_state
+
+    @classmethod
+    def of(cls, obj: object, name: str) -> "MixerSpec":
+        """The spec of a loaded plug-in `obj` (a `MixerSpec`, or a `Mixer` subclass whose class attributes
+        give its defaults), checked against the contract; errors name `name` and what is missing."""
+        spec = obj if isinstance(obj, MixerSpec) else None
+        if spec is None:
+            if not (isinstance(obj, type) and issubclass(obj, Mixer)):
+                raise PluginError(f"mixer {name!r}: expected a subclass of mecheval.models.mixers.Mixer, got {obj!r}")
+            spec = cls(obj, obj.Options, obj.default_conv, obj.default_mlp, obj.default_norm, obj.positions)
+        problems = []
+        if spec.cls.forward is Mixer.forward:
+            problems.append("forward(x [B, T, D]) -> [B, T, D] is not defined")
+        if (spec.cls.step is Mixer.step) != (spec.cls.init_state is Mixer.init_state):
+            problems.append("the recurrent form needs both init_state and step")
+        if not (isinstance(spec.options, type) and issubclass(spec.options, MixerOptions)):
+            problems.append(f"Options must subclass MixerOptions, got {spec.options!r}")
+        try:
+            validate_conv_spec(spec.default_conv)
+        except ValueError as e:
+            problems.append(f"default_conv: {e}")
+        if spec.default_conv != 0 and not spec.has_conv:
+            problems.append(f"default_conv is {spec.default_conv!r} but has_conv is False")
+        if spec.default_norm not in NORMS:
+            problems.append(f"default_norm must be one of {NORMS}, got {spec.default_norm!r}")
+        if problems:
+            raise PluginError(f"mixer {name!r}: " + "; ".join(problems))
+        return spec
