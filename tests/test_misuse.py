@@ -234,6 +234,21 @@ def test_workers_stop_when_the_sweep_process_is_killed(tmp_path, tiny_run, spawn
     assert all((p / CHECKPOINT).exists() for p in (out / "runs").iterdir() if RunDir(p).started)
 
 
+@pytest.mark.slow
+def test_a_local_ray_dies_with_its_killed_driver(tmp_path, tiny_run, spawn):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'mecheval[ray]')")
+    from mecheval.sweeps.reaper import descendants
+
+    out = tmp_path / "out"
+    proc = spawn("sweep", slow_spec(tmp_path, tiny_run), "--out", out, "--executor", "ray")
+    wait_for(lambda: list(out.glob(f"runs/*/{METRICS}")), 180, "a Ray worker training")
+    ray_processes = list(descendants(proc.pid))
+    assert len(ray_processes) > 2  # gcs_server, raylet, agents, workers
+    proc.kill()
+    proc.communicate()
+    wait_for(lambda: not any(map(alive, ray_processes)), 20, "Ray's processes to exit")
+
+
 # 3. One process at a time in a run or sweep directory
 
 

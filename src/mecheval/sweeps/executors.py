@@ -125,17 +125,21 @@ def run_local(jobs: list[Job], workers: int) -> Iterator[Outcome]:
 def run_ray(jobs: list[Job], address: str | None, max_retries: int) -> Iterator[Outcome]:
     """One Ray task per run, with the run's `resources` (num_cpus, num_gpus); a task whose worker dies
     is retried up to `max_retries` times and resumes from its checkpoint. Connects to `address` (or
-    starts a local instance) unless Ray is already initialised. Run dirs must be on a shared path.
+    starts a local instance, which dies with this process) unless Ray is already initialised. Run dirs must be on a shared path.
     """
     try:
         import ray
     except ImportError:
         raise ImportError("the ray executor needs Ray: pip install 'mecheval[ray]'") from None
 
+    from mecheval.sweeps.reaper import reap_with_me
+
     started = not ray.is_initialized()
+    reaper = None
     if started:
         check_reachable(address)
         ray.init(address=address)
+        reaper = reap_with_me() if address is None else None  # a local Ray dies with this process
     try:
         task = ray.remote(run_one)
         refs = {}
@@ -159,6 +163,8 @@ def run_ray(jobs: list[Job], address: str | None, max_retries: int) -> Iterator[
     finally:
         if started:
             ray.shutdown()
+        if reaper is not None:
+            reaper.kill()
 
 
 def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
