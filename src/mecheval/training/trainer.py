@@ -125,6 +125,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
     resolve_device(cfg.device)  # fail before anything is written
     if run.path.exists() and not run.path.is_dir():
         raise RunExistsError(f"{run.path} is a file, not a run directory")
+    if not run.started:
+        _check_no_foreign_files(run)  # before the lock file goes in: a directory not ours stays untouched
     created = not run.path.exists()
     with DirLock(run.path, "run directory"):
         if run.started:
@@ -136,7 +138,6 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
                 return run.read_summary()
             trainer = Trainer(cfg, run, quiet)
         else:
-            _check_no_foreign_files(run)
             try:
                 trainer = Trainer(cfg, run, quiet)
             except BaseException:
