@@ -160,6 +160,17 @@ def test_the_same_sweep_again_resumes_without_complaint(tmp_path, tiny_run, in_p
     assert [o.skipped for o in again] == [True] and notes == [] and not (tmp_path / "sweep.1.yaml").exists()
 
 
+def test_a_grown_sweep_keeps_its_runs_and_says_the_spec_changed(tmp_path, tiny_run, in_process):
+    one = SweepConfig.model_validate({"base": tiny_run, "grid": {"seed": [0]}})
+    two = SweepConfig.model_validate({"base": tiny_run, "grid": {"seed": [0, 1]}})
+    run_sweep(one, tmp_path, workers=1)
+    notes = []
+    outcomes = run_sweep(two, tmp_path, workers=1, on_note=notes.append)
+    assert [o.skipped for o in outcomes] == [True, False]
+    assert notes == [f"{tmp_path / 'sweep.yaml'}: the spec changed (grid.seed: [0] -> [0, 1]); the previous one is kept as sweep.1.yaml"]
+    assert yaml.safe_load((tmp_path / "sweep.1.yaml").read_text())["grid"] == {"seed": [0]}
+
+
 # 2. Ctrl-C stops the whole sweep; 4. workers die with their parent
 
 
