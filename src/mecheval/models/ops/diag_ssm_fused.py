@@ -1,4 +1,4 @@
-"""Fused CPU diagonal SSM (numba): the math of `diag_ssm`, y = K * u, without FFTs or a [H, M, T] tensor.
+"""Fused CPU diagonal SSM (numba): the math of `diag_ssm`, y = K * u, the kernel without a [H, M, T] tensor.
 
     K_l = 2 Re(Σ_m c_m z_m^l),  c = C ⊙ dB,  z = dA              K: [T, H]; c, z: [H, M] complex
     y[b, t, h, e] = Σ_{s ≤ t} K_{t-s, h} u[b, s, h, e]           u, y: [B, T, H, *E]
@@ -9,9 +9,9 @@ its backward, in torch's convention for complex gradients (∂L/∂Re + i ∂L/�
 
     ∂c_m = 2 conj(Σ_l gK_l z_m^l),      ∂z_m = 2 conj(c_m Σ_{l ≥ 1} l gK_l z_m^{l-1}).
 
-The convolution is the fused short conv (`short_conv_fused`) with T taps, the kernel reversed: direct,
-O(T^2) per channel, which beats an FFT up to T = `FFT_MIN_TAPS` (the study's T = 37); longer sequences
-convolve by FFT. CPU, float32 or float64.
+The convolution is `ops.dispatch.causal_conv`: direct (the fused short conv with T taps, O(T^2) per
+channel), which beats an FFT up to T = `FFT_MIN_TAPS` (the study's T = 37), else by FFT. CPU, float32
+or float64.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from mecheval.models.ops.dispatch import FFT_MIN_TAPS
-from mecheval.models.ops.fft_conv import fft_conv
+from mecheval.models.ops.dispatch import causal_conv
 from mecheval.models.ops.selective_scan_fused import _use_torch_threads  # also sets the threading layer
-from mecheval.models.ops.short_conv_fused import short_conv_fused
 
 
 @njit(parallel=True, cache=True, fastmath=False)
@@ -100,8 +98,6 @@ def diag_ssm_kernel_fused(dA, dB, C, T: int) -> torch.Tensor:
 def diag_ssm_fused(u, dA, dB, C):
     """Same signature and result as `diag_ssm`: u [B, T, H, *E] real (CPU, float32/64); dA, dB, C [H, M]
     complex -> y like u."""
-    T, E = u.shape[1], math.prod(u.shape[3:])
-    K = diag_ssm_kernel_fused(dA, dB, C, T).repeat_interleave(E, dim=1).to(u.dtype)  # [T, H E]
-    if T > FFT_MIN_TAPS:
-        return fft_conv(u.flatten(2), K).view_as(u)
-    return short_conv_fused(u.flatten(2), K.flip(0).T.unsqueeze(1)).view_as(u)  # tap j is lag T-1-j
+    K = diag_ssm_kernel_fused(dA, dB, C, u.shape[1])  # [T, H]
+    E = math.prod(u.shape[3:])  # channel h's kernel serves its E entries
+    return causal_conv(u.flatten(2), K.repeat_interleave(E, dim=1).to(u.dtype)).view_as(u)

@@ -21,6 +21,7 @@ from mecheval.models.ops import delta_rule as reference_delta_rule
 from mecheval.models.ops import diag_ssm as reference_diag_ssm
 from mecheval.models.ops import selective_scan as reference
 from mecheval.models.ops import short_conv as reference_conv
+from mecheval.models.ops.fft_conv import fft_conv
 
 MODES = ("auto", "reference")
 FFT_MIN_TAPS = 64  # causal convs with more taps go by FFT; fewer, direct (faster on CPU up to about here)
@@ -89,6 +90,16 @@ def short_conv(x, weight):
 
         return short_conv_fused(x, weight)
     return reference_conv.short_conv(x, weight)
+
+
+def causal_conv(u, h):
+    """Causal long convolution, same result as `ops.fft_conv.fft_conv`: u [B, T, C]; h [T, C] -> y [B, T, C].
+    On CPU up to FFT_MIN_TAPS steps the fused direct conv (h reversed as T taps); else by FFT."""
+    if current_mode() == "auto" and u.shape[1] <= FFT_MIN_TAPS and _fused_cpu_ok(u, h):
+        from mecheval.models.ops.short_conv_fused import short_conv_fused  # numba compiles lazily
+
+        return short_conv_fused(u, h.flip(0).T.unsqueeze(1))
+    return fft_conv(u, h)
 
 
 def diag_ssm(u, dA, dB, C):
