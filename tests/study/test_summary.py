@@ -18,7 +18,8 @@ def study_rows(grammars=("easy",)) -> pd.DataFrame:
         for arch, accs, verdicts in [("attention", [1.0, 0.8, 0.9], ["induction", "induction", "mixed"]),
                                      ("mamba", [0.5, 0.7, 0.6], ["direct retrieval"] * 3)]:
             for seed, (acc, verdict) in enumerate(zip(accs, verdicts)):
-                rows.append({"name": f"{arch}-{grammar}-{seed}", "status": "done", "arch": arch, "model.d_model": 64,
+                rows.append({"name": f"{arch}-{grammar}-{seed}", "status": "done", "arch": arch, "arch_name": arch,
+                             "arch_conv": None, "model.d_model": 64,
                              "optim.lr": 3e-3, "seed": seed, "acc": acc, "verdict": verdict, "best_lr": True,
                              "attrib@key": 0.0, "attrib@value": acc, "attrib@query": 0.0, "effect": 0.5,
                              "task.name": "atr", GRAMMAR: grammar})
@@ -67,10 +68,13 @@ def test_terminal_shows_seeds_and_grammar_columns_where_the_study_has_them(gramm
 
 
 def test_published_accuracy_reads_the_width_grammar_and_conv():
+    from mecheval.report import published
     from mecheval.report.compare import published_accuracy
 
-    assert published_accuracy("atr", "easy", "mamba", 64) == 0.96
-    assert published_accuracy("atr", None, "attention", 64) == 0.94  # the easy grammar by default
-    assert published_accuracy("atr", "medium", "h3", 64) is None  # not reported
-    assert published_accuracy("ar", None, "mamba (d_conv 3)", 64) == 0.91
-    assert published_accuracy("ar", None, "hyena", 256) == 0.30
+    assert published_accuracy("atr", "easy", "mamba", None, 64) == 0.96
+    assert published_accuracy("atr", None, "attention", None, 64) == 0.94  # the easy grammar by default
+    assert published_accuracy("atr", "medium", "h3", None, 64) is None  # not reported
+    assert published_accuracy("ar", None, "mamba", 3, 64) == 0.91
+    assert published_accuracy("ar", None, "based", "long", 64) == published.BASED_AR_BY_CONV["long"][64]
+    assert published_accuracy("ar", None, "hyena", None, 256) == 0.30
+    assert published_accuracy("ar", None, "mamba2", None, 64) is None  # a plug-in: nothing published

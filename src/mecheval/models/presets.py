@@ -15,3 +15,9 @@ ARCHITECTURES: dict[str, dict] = {
     # Based: layer 0 BaseConv (short conv 3), layer 1 Based linear attention.
     "based": {"mixer": ["baseconv", "based"], "d_conv": [3, None]},
 }
+
+
+def arch_label(name: str, conv: int | str | None) -> str:
+    """How reports name an architecture: `mamba`, or `mamba (d_conv 0)` where its convolution differs
+    from the published default (`conv` None where it does not)."""
+    return name if conv is None else f"{name} (d_conv {conv})"

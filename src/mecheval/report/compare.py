@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 from mecheval.report import published
 
-_LABEL = re.compile(r"^(?P<arch>[\w+]+)(?: \(d_conv (?P<conv>\w+)\))?$")
 
-
-def _conv(text: str | None):
-    return None if text is None else int(text) if text.isdigit() else text
-
-
-def published_accuracy(task: str, grammar: str | None, label: str, width: int) -> float | None:
-    """The published accuracy of architecture `label` (as `mecheval.study.results.arch_label` writes
-    it) at `width` on the task, or None where the study reports none."""
-    m = _LABEL.match(label)
-    if m is None:
-        return None
-    arch, conv = m["arch"], _conv(m["conv"])
+def published_accuracy(task: str, grammar: str | None, arch: str, conv: int | str | None, width: int) -> float | None:
+    """The published accuracy of architecture `arch` (a preset name) with convolution `conv` (None: its
+    published default) at `width` on the task, or None where the study reports none."""
     if task == "ar":
         table = (
             published.AR_ACCURACY.get(arch) if conv is None
@@ -34,7 +22,8 @@ def published_accuracy(task: str, grammar: str | None, label: str, width: int) -
 
 
 def published_verdict(task: str, label: str) -> str | None:
-    """The mechanism the study reports for `label` on the task (None where it reports none)."""
+    """The mechanism the study reports for the architecture labelled `label` (`models.presets.arch_label`)
+    on the task (None where it reports none)."""
     if task == "ar":
         return published.AR_VERDICT.get(label)
     if task == "atr":

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.models.mixers import mixer_label
+from mecheval.models.presets import arch_label
 from mecheval.sweeps.runner import RUNS
 from mecheval.sweeps.table import best_lr, collect
 from mecheval.training.run_dir import RunDir
@@ -31,21 +33,22 @@ def _chance(task_cfg) -> float:
     return make_task(task_cfg.name, **task_cfg.params).chance_accuracy
 
 
-def arch_label(row: pd.Series) -> str:
-    """`mamba`, `mamba (d_conv 0)`, `based (d_conv long)`: the preset (or mixers), and the convolution
-    where it differs from that architecture's published default (the first layer that differs)."""
+def arch_parts(row: pd.Series) -> tuple[str, int | str | None]:
+    """A run's architecture as data: (name, conv). The name is the preset, or the mixers joined by `+`
+    (a plug-in by its class name); conv is the first layer's convolution that differs from that
+    architecture's published default, None where none does. `models.presets.arch_label` writes them."""
     preset = row.get("model.preset")
     preset = preset if isinstance(preset, str) else None
     mixers = json.loads(row["model.mixer"])
-    name = preset or "+".join(dict.fromkeys(mixers))
+    name = preset or "+".join(dict.fromkeys(mixer_label(m) for m in mixers))
     convs = json.loads(row["model.d_conv"])
     default = _default_convs(preset or "", row["model.mixer"], int(row["model.n_layers"]))
     changed = [c for c, d in zip(convs, default) if c != d]
-    return f"{name} (d_conv {changed[0]})" if changed else name
+    return name, changed[0] if changed else None
 
 
 def study_table(study_dir: str | Path) -> pd.DataFrame:
-    """Every run of the study: config, summary, `arch`, `acc` (`acc_heldout` too where the held-out
+    """Every run of the study: config, summary, `arch` (its label; as data: `arch_name`, `arch_conv`), `acc` (`acc_heldout` too where the held-out
     split was evaluated), `best_lr` (True for the runs the published selection keeps), `run_dir`, and
     every field of the run's verdict.json (None where interventions were not run): the verdict and its
     detail, attributions with intervals, `acc_all` / `acc_outside` with intervals and example counts."""
@@ -53,7 +56,10 @@ def study_table(study_dir: str | Path) -> pd.DataFrame:
     df = collect(study_dir)
     # selected on the config columns alone, before derived columns (arch, acc) join them
     best = set(best_lr(df)["name"]) if (df["status"] == "done").any() else set()
-    df["arch"] = df.apply(arch_label, axis=1)
+    parts = [arch_parts(row) for _, row in df.iterrows()]
+    df["arch_name"] = pd.Series([n for n, _ in parts], index=df.index, dtype=object)
+    df["arch_conv"] = pd.Series([c for _, c in parts], index=df.index, dtype=object)  # None: the default
+    df["arch"] = [arch_label(n, c) for n, c in parts]
     df["acc"] = df.get(ACC)
     if HELDOUT_ACC in df:
         df["acc_heldout"] = df[HELDOUT_ACC]
