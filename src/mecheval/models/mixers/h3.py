@@ -13,8 +13,7 @@ SSM_diag is S4D-Lin with M = d_state / 2 complex modes (a real state of d_state)
     x_t = dA ⊙ x_{t-1} + dB kv_t,   SSM(kv)_t = 2 Re(C · x_t)      x: [B, H, d_h, d_h, M] complex
 init: a = log 1/2, θ_m = π m, B = 1, C ~ CN(0, 1), Δ ~ logU[dt_min, dt_max] per head, D_h ~ N(0, 1).
 Training convolves kv with the SSM's kernel (`ops.dispatch.diag_ssm`: on CPU the fused kernel, a direct
-conv; else by FFT; same math); the recurrent view steps x. The per-head products k v^T and s^T q are
-`ops.dispatch.head_outer` / `head_contract` (fused loops on CPU, batched matmuls elsewhere).
+conv; else by FFT; same math); the recurrent view steps x.
 
 The shift SSM is our shared short conv. A shift SSM of state size N (A the shift matrix, B = e_1) keeps
 the last N keys, so k̄_t = Σ_{j<N} C_j k_{t-j} + D k_t: exactly a causal depthwise conv of kernel N,
@@ -40,7 +39,7 @@ from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.diag_ssm import diag_ssm_init_state, diag_ssm_step
-from mecheval.models.ops.dispatch import diag_ssm, head_contract, head_outer
+from mecheval.models.ops.dispatch import diag_ssm
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
 
@@ -96,12 +95,12 @@ class H3(Mixer):
         return x.unflatten(-1, (self.n_heads, self.d_head))
 
     def _kv(self, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """kv[h] = k[h] v[h]^T: k, v [..., D] -> [..., H, d_h, d_h]."""
-        return head_outer(self._heads(k), self._heads(v))
+        """kv[h] = k[h] v[h]^T: k, v [..., D] -> [..., H, d_h, d_h] (a matmul: tiny broadcasts are slow on CPU)."""
+        return self._heads(k).unsqueeze(-1) @ self._heads(v).unsqueeze(-2)
 
     def _out(self, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """o[h] = s[h]^T q[h], then W_o: q [..., D], s [..., H, d_h, d_h] -> [..., D]."""
-        return self.out_proj(head_contract(self._heads(q), s).flatten(-2))
+        return self.out_proj((self._heads(q).unsqueeze(-2) @ s).flatten(-3))
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(u).chunk(3, dim=-1)

@@ -19,7 +19,6 @@ import torch
 
 from mecheval.models.ops import delta_rule as reference_delta_rule
 from mecheval.models.ops import diag_ssm as reference_diag_ssm
-from mecheval.models.ops import head_products as reference_heads
 from mecheval.models.ops import selective_scan as reference
 from mecheval.models.ops import short_conv as reference_conv
 from mecheval.models.ops.fft_conv import fft_conv
@@ -122,19 +121,3 @@ def delta_rule(q, k, v, beta):
 
         return delta_rule_fused(q, k, v, beta)
     return reference_delta_rule.delta_rule(q, k, v, beta)
-
-
-def head_outer(a, b):
-    """Per-head outer product, same result as `ops.head_products.outer_reference`: a, b [..., H, d] ->
-    [..., H, d, d]. On CPU the fused loops; else a batched matmul."""
-    if current_mode() == "auto" and _fused_cpu_ok(a, b):
-        return reference_heads.outer_fused(a, b)
-    return reference_heads.outer_reference(a, b)
-
-
-def head_contract(a, s):
-    """Per-head contraction Σ_i a_i s_ij, same result as `ops.head_products.contract_reference`: a [..., H, d];
-    s [..., H, d, d] -> [..., H, d]. On CPU the fused loops; else a batched matmul."""
-    if current_mode() == "auto" and _fused_cpu_ok(a, s):
-        return reference_heads.contract_fused(a, s)
-    return reference_heads.contract_reference(a, s)
