@@ -26,9 +26,10 @@ from mecheval.models.ops.dispatch import causal_conv
 from mecheval.models.ops.selective_scan_fused import _use_torch_threads  # also sets the threading layer
 
 
-@njit(parallel=True, cache=True, fastmath=False)
+@njit(parallel=True, cache=True, fastmath={"reassoc"})
 def _kernel_fwd(zr, zi, cr, ci, K):  # pragma: no cover - compiled
-    """zr, zi, cr, ci: [H, M] float64 (Re, Im of z and c); K: [T, H] float64 output."""
+    """zr, zi, cr, ci: [H, M] float64 (Re, Im of z and c); K: [T, H] float64 output. The sum over modes
+    may be reassociated (vectorised)."""
     H, M = zr.shape
     for h in prange(H):
         wr, wi = cr[h].copy(), ci[h].copy()  # w = c z^l, from l = 0
@@ -39,7 +40,8 @@ def _kernel_fwd(zr, zi, cr, ci, K):  # pragma: no cover - compiled
                 acc += wr[m]
             K[l, h] = 2.0 * acc
             for m in range(M):
-                wr[m], wi[m] = wr[m] * a[m] - wi[m] * b[m], wr[m] * b[m] + wi[m] * a[m]
+                x, y = wr[m], wi[m]
+                wr[m], wi[m] = x * a[m] - y * b[m], x * b[m] + y * a[m]
 
 
 @njit(parallel=True, cache=True, fastmath=False)
