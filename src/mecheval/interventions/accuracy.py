@@ -14,10 +14,18 @@ import pandas as pd
 import torch
 
 from mecheval.interventions.artefact import key_distance
-from mecheval.interventions.conv_window import accuracy
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.models.lm import LM
 from mecheval.tasks import Batch
+
+
+@torch.no_grad()
+def accuracy(lm: LM, batch: Batch) -> tuple[int, int]:
+    """(correct answers, answers) of the model on the batch."""
+    pos = batch.answer_pos if batch.answer_pos.dim() == 2 else batch.answer_pos[:, None]
+    answer = batch.answer if batch.answer.dim() == 2 else batch.answer[:, None]
+    correct = (lm(batch.tokens, positions=pos).argmax(-1) == answer).sum()
+    return int(correct), answer.numel()
 
 
 def accuracy_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 
 from mecheval.interventions.artefact import key_distance, short_convs
+from mecheval.interventions.accuracy import accuracy
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.interventions.patching import interchange_at
 from mecheval.models.lm import LM
@@ -75,15 +76,6 @@ def taps_zeroed(convs: dict[int, ShortConv], lags: list[int]) -> Iterator[None]:
         with torch.no_grad():
             for i, c in convs.items():
                 c.weight.copy_(saved[i])
-
-
-@torch.no_grad()
-def accuracy(lm: LM, batch: Batch) -> tuple[int, int]:
-    """(correct answers, answers) of the model on the batch."""
-    pos = batch.answer_pos if batch.answer_pos.dim() == 2 else batch.answer_pos[:, None]
-    answer = batch.answer if batch.answer.dim() == 2 else batch.answer[:, None]
-    correct = (lm(batch.tokens, positions=pos).argmax(-1) == answer).sum()
-    return int(correct), answer.numel()
 
 
 def conv_ablation(lm: LM, batch: Batch) -> pd.DataFrame:
