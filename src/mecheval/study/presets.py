@@ -96,18 +96,29 @@ class Study:
 
 
 def point_label(point: dict) -> str:
-    """A sweep point's architecture as `--archs` names it: `mamba`, `mamba (d_conv 0)`, `based (d_conv long)`."""
+    """A sweep point's architecture as `--archs` names it: `mamba`, `mamba (d_conv 0)`, `based (d_conv long)`,
+    or a plug-in's import path."""
+    if "model.preset" not in point:
+        return point["model.mixer"]
     conv = point.get("model.d_conv")
     conv = conv[0] if isinstance(conv, list) else conv
     return point["model.preset"] + ("" if conv is None else f" (d_conv {conv})")
 
 
 def _select_archs(points: list[dict], wanted: list[str], study: str) -> list[dict]:
+    """The study's points named in `wanted`, then one point per plug-in import path in `wanted`
+    (`examples.mixers.mamba2:Mamba2`: that mixer in every layer, on the study's design)."""
+    from mecheval.models.mixers import mixer_spec
+    from mecheval.plugins import is_import_path
+
+    plugins = [a for a in wanted if is_import_path(a)]
+    for path in plugins:
+        mixer_spec(path)  # a broken plug-in is refused here, naming what is wrong
     labels = [point_label(p) for p in points]
-    unknown = [a for a in wanted if a not in labels]
+    unknown = [a for a in wanted if a not in labels and a not in plugins]
     if unknown:
-        raise ValueError(f"study {study!r} has no architecture {unknown}; known: {labels}")
-    return [p for p, label in zip(points, labels) if label in wanted]
+        raise ValueError(f"study {study!r} has no architecture {unknown}; known: {labels}, or a mixer's import path")
+    return [p for p, label in zip(points, labels) if label in wanted] + [{"model.mixer": a} for a in plugins]
 
 
 SCALES = ("cpu", "paper")
