@@ -368,6 +368,31 @@ def test_a_full_disk_or_an_unwritable_out_is_one_line(tmp_path, tiny_run, monkey
     assert line.startswith(f"error: {tmp_path / 'out' / 'sweep.yaml'}: {text}")
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 160 KiB tmpfs: room for one checkpoint of the tiny run, not for the next (root only; else skipped)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root with mount rights); the simulated full disk still runs")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_really_full_disk_loses_nothing(small_disk, tmp_path, tiny_run, tiny_config):
+    from safetensors.torch import load_file
+
+    result = cli("train", config_file(tmp_path / "c.yaml", tiny_run), "--out", small_disk / "run", "--quiet")
+    assert "No space left on device" in one_error_line(result)
+    assert not list((small_disk / "run").glob(".*tmp*")), "a failed write leaves no partial file"
+    run = tmp_path / "moved"
+    subprocess.run(["cp", "-r", str(small_disk / "run"), str(run)], check=True)
+    train(tiny_config(), run, resume=True, quiet=True)  # resumes from the checkpoint the full disk kept
+    train(tiny_config(), tmp_path / "ref", quiet=True)
+    ref, got = load_file(str(tmp_path / "ref" / MODEL)), load_file(str(run / MODEL))
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+
+
 def test_debug_shows_the_traceback(tmp_path, tiny_run, monkeypatch):
     monkeypatch.setattr("mecheval.training.checkpoint.atomic_write_bytes", lambda p, d: 1 / 0)
     spec = write_spec(tmp_path / "sweep.yaml", tiny_run)

@@ -11,8 +11,10 @@ and metadata {"format": FORMAT, "state": JSON (step, fingerprint, data stream, w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -26,14 +28,25 @@ class CheckpointError(RuntimeError):
     """A checkpoint or weights file that is unreadable, or does not match the run's config."""
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Writes to a temporary file beside `path`, flushes it to disk, then renames it over `path`."""
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """Yields a temporary path beside `path` to write; then flushes it to disk and renames it over
+    `path`. A failed write (a full disk) removes the temporary file and leaves `path` as it was."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Writes `data` to `path` whole or not at all (see `_replacing`)."""
+    with _replacing(path) as tmp, open(tmp, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -41,11 +54,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with _replacing(path) as tmp:
+        try:
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        except SafetensorError as e:  # an OSError underneath (e.g. no space left on device)
+            raise OSError(f"{path}: cannot write ({e})") from None
 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
