@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mecheval.models.ops import dispatch
-from mecheval.models.ops.diag_ssm import diag_ssm, diag_ssm_kernel
+from mecheval.models.ops.diag_ssm import diag_ssm, diag_ssm_kernel, diag_ssm_loop
 from mecheval.models.ops.diag_ssm_fused import diag_ssm_fused, diag_ssm_kernel_fused
 
 from .conftest import build, make_config, random_tokens
@@ -26,17 +26,26 @@ def ssm_inputs(B, T, H, M, E, seed, dtype=torch.float32):
 @settings(max_examples=15, deadline=None)
 @given(
     B=st.integers(1, 3), T=st.integers(1, 80), H=st.integers(1, 3), M=st.sampled_from([1, 3, 64, 512]),
-    E=st.sampled_from([(), (2,), (2, 2)]), seed=st.integers(0, 2**16),
+    E=st.sampled_from([(), (2,), (2, 2)]), skip=st.booleans(), seed=st.integers(0, 2**16),
 )
-@example(B=2, T=37, H=2, M=512, E=(2, 2), seed=0)  # the published H3 (512 modes, head dim 2) at T = 37
-@example(B=1, T=80, H=1, M=4, E=(), seed=1)  # T > FFT_MIN_TAPS: the conv goes by FFT
-def test_fused_equals_reference_outputs_and_gradients(B, T, H, M, E, seed):
+@example(B=2, T=37, H=2, M=512, E=(2, 2), skip=True, seed=0)  # the published H3 (512 modes, head dim 2), T = 37
+@example(B=1, T=80, H=1, M=4, E=(), skip=False, seed=1)  # T > FFT_MIN_TAPS: the conv goes by FFT
+def test_fused_equals_reference_outputs_and_gradients(B, T, H, M, E, skip, seed):
     xs = ssm_inputs(B, T, H, M, E, seed)
+    if skip:
+        xs.append(torch.randn(H, generator=torch.Generator().manual_seed(seed + 3)).requires_grad_())
     y, y_ref = diag_ssm_fused(*xs), diag_ssm(*xs)
     assert_rel_close(y, y_ref, rtol=1e-4, name="y")
     gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed + 2))
-    for name, g, g_ref in zip(["u", "dA", "dB", "C"], torch.autograd.grad(y, xs, gy), torch.autograd.grad(y_ref, xs, gy)):
+    names = ["u", "dA", "dB", "C", "D"]
+    for name, g, g_ref in zip(names, torch.autograd.grad(y, xs, gy), torch.autograd.grad(y_ref, xs, gy)):
         assert_rel_close(g, g_ref, rtol=1e-4, name=name)
+
+
+def test_skip_is_d_times_u():
+    u, dA, dB, C = ssm_inputs(2, 9, 3, 4, (2,), seed=5)
+    D = torch.randn(3)
+    torch.testing.assert_close(diag_ssm(u, dA, dB, C, D), diag_ssm_loop(u, dA, dB, C) + D[:, None] * u, rtol=1e-4, atol=1e-5)
 
 
 def test_kernel_equals_the_polar_form_in_float64():

@@ -88,8 +88,8 @@ class H3(Mixer):
         """Bilinear discretisation -> dA, dB, C: [H, M] complex."""
         dt = torch.exp(self.log_dt)[:, None]
         dtA = dt * torch.complex(-torch.exp(self.log_A_real), self.A_imag)
-        dA, dB = (1 + dtA / 2) / (1 - dtA / 2), torch.view_as_complex(self.B) * dt / (1 - dtA / 2)
-        return dA, dB, torch.view_as_complex(self.C)
+        inv = 1 / (1 - dtA / 2)  # dA = (1 + ΔA/2) inv = 2 inv - 1: one complex division, not two
+        return 2 * inv - 1, torch.view_as_complex(self.B) * dt * inv, torch.view_as_complex(self.C)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., H, d_h]
         return x.unflatten(-1, (self.n_heads, self.d_head))
@@ -107,7 +107,7 @@ class H3(Mixer):
         if self.conv is not None:
             k = self.conv_out(self.conv(k))
         kv = self._kv(k, v)  # [B, T, H, d_h, d_h]
-        s = diag_ssm(kv, *self._discretize()) + self.D[:, None, None] * kv
+        s = diag_ssm(kv, *self._discretize(), D=self.D)  # SSM(kv) + D kv (D as the kernel's lag-0 tap)
         s = self.core_out(s.flatten(-3)).unflatten(-1, kv.shape[-3:])
         return self._out(q, s)
 

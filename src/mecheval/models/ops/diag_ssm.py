@@ -44,9 +44,15 @@ def diag_ssm_kernel(dA, dB, C, T: int) -> torch.Tensor:
     return K.reshape(K.shape[0], J * I)[:, :T].T.to(dA.real.dtype)
 
 
-def diag_ssm(u, dA, dB, C):
-    """The SSM over a whole sequence by FFT convolution with its kernel: u [B, T, H, *E] -> y like u."""
-    K = diag_ssm_kernel(dA, dB, C, u.shape[1])  # [T, H]
+def with_skip(K: torch.Tensor, D: torch.Tensor | None) -> torch.Tensor:
+    """K [T, H] with the skip D [H] added at lag 0, so that K * u = SSM(u) + D u (K itself for D None)."""
+    return K if D is None else torch.cat([K[:1] + D.to(K.dtype), K[1:]])
+
+
+def diag_ssm(u, dA, dB, C, D=None):
+    """The SSM over a whole sequence by FFT convolution with its kernel, plus the skip D [H] ⊙ u when given:
+    u [B, T, H, *E] -> y like u."""
+    K = with_skip(diag_ssm_kernel(dA, dB, C, u.shape[1]), D)  # [T, H]
     E = math.prod(u.shape[3:])  # channel h's kernel serves its E entries
     return fft_conv(u.flatten(2), K.repeat_interleave(E, dim=1)).view_as(u)
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from mecheval.models.ops.diag_ssm import with_skip
 from mecheval.models.ops.dispatch import causal_conv
 from mecheval.models.ops.selective_scan_fused import _use_torch_threads  # also sets the threading layer
 
@@ -97,9 +98,9 @@ def diag_ssm_kernel_fused(dA, dB, C, T: int) -> torch.Tensor:
     return DiagSSMKernelFn.apply(dA, C * dB, T)
 
 
-def diag_ssm_fused(u, dA, dB, C):
+def diag_ssm_fused(u, dA, dB, C, D=None):
     """Same signature and result as `diag_ssm`: u [B, T, H, *E] real (CPU, float32/64); dA, dB, C [H, M]
-    complex -> y like u."""
-    K = diag_ssm_kernel_fused(dA, dB, C, u.shape[1])  # [T, H]
+    complex; D [H] or None -> y like u."""
+    K = with_skip(diag_ssm_kernel_fused(dA, dB, C, u.shape[1]), D)  # [T, H]
     E = math.prod(u.shape[3:])  # channel h's kernel serves its E entries
     return causal_conv(u.flatten(2), K.repeat_interleave(E, dim=1).to(u.dtype)).view_as(u)

@@ -102,15 +102,15 @@ def causal_conv(u, h):
     return fft_conv(u, h)
 
 
-def diag_ssm(u, dA, dB, C):
-    """H3's diagonal SSM, same result as `ops.diag_ssm.diag_ssm`: u [B, T, H, *E] real; dA, dB, C [H, M]
-    complex -> y like u. On CPU the fused kernel (by recurrence; a direct conv up to FFT_MIN_TAPS steps);
-    else the kernel in polar form, convolved by FFT."""
+def diag_ssm(u, dA, dB, C, D=None):
+    """H3's diagonal SSM plus the skip D u, same result as `ops.diag_ssm.diag_ssm`: u [B, T, H, *E] real;
+    dA, dB, C [H, M] complex; D [H] or None -> y like u. On CPU the fused kernel (by recurrence; a direct
+    conv up to FFT_MIN_TAPS steps); else the kernel in polar form, convolved by FFT."""
     if current_mode() == "auto" and _fused_cpu_ok(u) and all(p.device.type == "cpu" for p in (dA, dB, C)):
         from mecheval.models.ops.diag_ssm_fused import diag_ssm_fused  # numba compiles lazily
 
-        return diag_ssm_fused(u, dA, dB, C)
-    return reference_diag_ssm.diag_ssm(u, dA, dB, C)
+        return diag_ssm_fused(u, dA, dB, C, D)
+    return reference_diag_ssm.diag_ssm(u, dA, dB, C, D)
 
 
 def delta_rule(q, k, v, beta):
