@@ -25,7 +25,7 @@ def check_mixer(
     from mecheval.models.conformance import check_mixer as run_suite
 
     checks = run_suite(mixer, learn=learn, options=_options(option or []), seed=seed)
-    table = Table(title=f"check-mixer {mixer}")
+    table = Table(title=f"check-mixer {mixer}", min_width=len(mixer) + 16)
     for col in ("check", "result", "reason"):
         table.add_column(col)
     for c in checks:
