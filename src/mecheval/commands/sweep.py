@@ -22,10 +22,11 @@ def sweep(
     the sweep (running runs save a checkpoint) and running it again resumes.
     """
     from mecheval.sweeps import expand, load_sweep, run_sweep
+    from mecheval.sweeps.runner import EXECUTORS
     from mecheval.training import ConfigError
 
-    if executor not in ("local", "ray"):
-        typer.echo(f"error: --executor must be local or ray, got {executor!r}", err=True)
+    if executor not in EXECUTORS:
+        typer.echo(f"error: --executor must be one of {', '.join(EXECUTORS)}, got {executor!r}", err=True)
         raise typer.Exit(2)
     try:
         spec_cfg = load_sweep(spec)
