@@ -29,10 +29,14 @@ def colours(archs: list[str]) -> dict[str, tuple]:
 
 
 def accuracy_figure(best: pd.DataFrame) -> Figure:
-    """Test accuracy of the best-lr run per (architecture, width): bars, the published value as a tick.
+    """Accuracy of the best-lr run per (architecture, width): bars with their 95% interval, the
+    published value as a tick. The bars read `acc_outside` (the artefact control) where the runs were
+    intervened on, else the final test accuracy `acc`.
 
-    best: rows with `arch`, `model.d_model`, `acc`, `published_acc` (NaN where none).
+    best: rows with `arch`, `model.d_model`, `acc`, `published_acc` (NaN where none), and optionally
+    `acc_outside` with `acc_outside_lo` / `acc_outside_hi`.
     """
+    col = "acc_outside" if "acc_outside" in best and best["acc_outside"].notna().any() else "acc"
     widths = sorted(best["model.d_model"].unique())
     archs = list(dict.fromkeys(best["arch"]))
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(archs) * len(widths)), 3.6))
@@ -40,12 +44,17 @@ def accuracy_figure(best: pd.DataFrame) -> Figure:
     for j, w in enumerate(widths):
         rows = best[best["model.d_model"] == w].set_index("arch")
         xs = [i + (j - (len(widths) - 1) / 2) * bar for i in range(len(archs))]
-        ax.bar(xs, [rows["acc"].get(a, float("nan")) for a in archs], width=bar * 0.9, label=f"d={w}")
+        ys = [rows[col].get(a, float("nan")) for a in archs]
+        err = None
+        if f"{col}_lo" in rows:
+            err = [[max(y - rows[f"{col}_lo"].get(a, y), 0) for a, y in zip(archs, ys)],
+                   [max(rows[f"{col}_hi"].get(a, y) - y, 0) for a, y in zip(archs, ys)]]
+        ax.bar(xs, ys, width=bar * 0.9, label=f"d={w}", yerr=err, capsize=3)
         ax.scatter(xs, [rows["published_acc"].get(a, float("nan")) for a in archs], marker="_", s=300,
                    color="black", zorder=3, label="published" if j == 0 else None)
     ax.set_xticks(range(len(archs)), archs, rotation=20, ha="right")
     ax.set_ylim(0, 1.05)
-    ax.set_ylabel("test accuracy")
+    ax.set_ylabel("accuracy outside the conv reach" if col == "acc_outside" else "test accuracy")
     ax.legend(fontsize=8, ncols=min(6, len(widths) + 1))
     ax.set_title("Accuracy at the best learning rate (bars: ours; ticks: published)")
     return fig
@@ -74,6 +83,11 @@ def scatter_figure(df: pd.DataFrame) -> Figure:
         learned = _learned(r).to_numpy()
         ax.scatter(xy["attrib@query"][learned], xy["attrib@value"][learned], color=col[a], s=40,
                    label=a if learned.any() else None, alpha=0.8, edgecolor="black", linewidth=0.4)
+        if "attrib@value_lo" in r and learned.any():  # each run's 95% bootstrap intervals
+            lr = r[learned].astype({c: float for c in r.columns if c.startswith("attrib@")})
+            ax.errorbar(xy["attrib@query"][learned], xy["attrib@value"][learned], fmt="none", ecolor=col[a], lw=0.8,
+                        xerr=[(lr["attrib@query"] - lr["attrib@query_lo"]).clip(0), (lr["attrib@query_hi"] - lr["attrib@query"]).clip(0)],
+                        yerr=[(lr["attrib@value"] - lr["attrib@value_lo"]).clip(0), (lr["attrib@value_hi"] - lr["attrib@value"]).clip(0)])
         ax.scatter(xy["attrib@query"][~learned], xy["attrib@value"][~learned], facecolor="none", edgecolor=col[a],
                    s=40, linewidth=1.2, label=None if learned.any() else f"{a} (not learned)")
     ax.axhline(HIGH, color="grey", lw=0.6, ls="--")  # the verdict's thresholds
