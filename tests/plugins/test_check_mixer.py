@@ -55,6 +55,7 @@ def test_a_correct_plugin_passes_every_check():
         ("NonCausal", {"causal", "recurrent"}, r"outputs up to t=0 change by .* when only later inputs change"),
         ("StepDiffers", {"recurrent"}, r"the step form differs from the parallel form from t=1 "),
         ("DeadParameter", {"gradients"}, r"^no gradient reaches forgotten$"),
+        ("SitesOutOfOrder", {"sites"}, r"visits the sites in the order \['layers.0.core_out', 'layers.0.late_out'\]"),
     ],
 )
 def test_a_broken_mixer_fails_with_the_right_reason(mixer, failing, reason):

@@ -6,7 +6,8 @@
   causal      changing inputs after t leaves every output up to t unchanged (at every d_conv of the slot)
   recurrent   the step form (init_state + step) equals the parallel form (where a step form exists)
   gradients   every parameter gets a finite, non-zero gradient
-  sites       every `Site` in the mixer is named `layers.0.<attr>`, visited by forward, [B, T, D_site]
+  sites       every `Site` in the mixer is named `layers.0.<attr>`, visited by forward in the order it
+              is registered (the order `LM.sites()` lists), [B, T, D_site]
   conv slot   d_conv 0: no conv parameters, no `conv_out`; k: exactly the k taps per channel; "long":
               builds and runs (a mixer without a slot refuses d_conv != 0)
   learns      a 2-layer LM of the mixer fits a fixed batch of 2-pair AR (`learn=False` skips it)
@@ -147,11 +148,15 @@ class Suite:
             named = {s.name for s in inner.values()}
             if len(named) != len(inner) or not all(n.startswith("layers.0.") for n in named):
                 raise Failed(f"d_conv {conv}: sites {sorted(inner)} are not all named layers.0.<name>")
-            with record(lm.sites(), sorted(named)) as seen:
+            listed = [n for n in lm.sites() if n in named]
+            with record(lm.sites(), listed) as seen:
                 lm(torch.zeros(B, T, dtype=torch.long))
             unvisited = sorted(named - set(seen))
             if unvisited:
                 raise Failed(f"d_conv {conv}: forward never passes through site(s) {', '.join(unvisited)}")
+            if list(seen) != listed:  # `record` stores in the order forward visits the sites
+                raise Failed(f"d_conv {conv}: forward visits the sites in the order {list(seen)}, not in the order "
+                             f"they are registered, {listed} (create the Site modules in forward order)")
             for n in sorted(named):
                 if seen[n].dim() != 3 or tuple(seen[n].shape[:2]) != (B, T):
                     raise Failed(f"site {n} carries {list(seen[n].shape)}, not [B={B}, T={T}, D_site]")

@@ -115,24 +115,26 @@ class LM(nn.Module):
                 nn.init.kaiming_uniform_(w, a=math.sqrt(5))
                 w /= math.sqrt(self.cfg.n_layers)
 
-    SITE_ORDER = ("resid_pre", "mixer_in", "conv_in", "conv_out", "core_out", "mixer_out", "resid_mid", "mlp_out", "resid_post")
+    SITE_ORDER = ("resid_pre", "mixer_in", "mixer", "mixer_out", "resid_mid", "mlp_out", "resid_post")  # "mixer": its sites
 
     def _name_sites(self) -> "OrderedDict[str, Site]":
-        """Every `Site` module anywhere in block i is `layers.{i}.{its attribute name}`, in SITE_ORDER
-        (kinds not listed there follow, in module order)."""
+        """Every `Site` module anywhere in block i is `layers.{i}.{its attribute name}`, in forward order:
+        the block's own sites in SITE_ORDER, the mixer's (at any depth) in its module order, which is the
+        order its forward visits them (`mecheval check-mixer` checks it)."""
         sites: OrderedDict[str, Site] = OrderedDict()
         rank = {k: r for r, k in enumerate(self.SITE_ORDER)}
         for i, block in enumerate(self.layers):
-            found: dict[str, Site] = {}
+            found: dict[str, tuple[int, Site]] = {}
             for path, m in block.named_modules():
                 if isinstance(m, Site):
                     kind = path.rsplit(".", 1)[-1]
                     if kind in found:
                         raise ValueError(f"layer {i}: two sites named {kind!r}")
-                    found[kind] = m
-            for kind in sorted(found, key=lambda k: rank.get(k, len(rank))):  # stable: module order after
-                found[kind].name = f"layers.{i}.{kind}"
-                sites[found[kind].name] = found[kind]
+                    found[kind] = (rank["mixer"] if path.startswith("mixer.") else rank[kind], m)
+            for kind in sorted(found, key=lambda k: found[k][0]):  # stable: module order within the mixer
+                site = found[kind][1]
+                site.name = f"layers.{i}.{kind}"
+                sites[site.name] = site
         return sites
 
     def sites(self) -> "OrderedDict[str, Site]":

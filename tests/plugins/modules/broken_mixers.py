@@ -53,3 +53,16 @@ class DeadParameter(CumMean):
     def __init__(self, d_model, conv, options, layer_idx, max_len):
         super().__init__(d_model, conv, options, layer_idx, max_len)
         self.forgotten = nn.Parameter(torch.ones(d_model))
+
+
+class SitesOutOfOrder(CumMean):
+    """`late_out` is created before `core_out` but visited after it."""
+
+    def __init__(self, d_model, conv, options, layer_idx, max_len):
+        super().__init__(d_model, conv, options, layer_idx, max_len)
+        del self.core_out
+        self.late_out = Site()
+        self.core_out = Site()  # registered again: now after late_out in module order
+
+    def forward(self, x):
+        return self.late_out(super().forward(x))
