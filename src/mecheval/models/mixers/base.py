@@ -9,7 +9,8 @@ The contract, written down once (checked when a mixer is loaded, `MixerSpec.of`;
   equal to `forward` step by step.
 - sites: every `Site` module anywhere inside the mixer is an intervention site named after its
   attribute (`layers.{i}.<name>`), carrying [B, T, D_site]; by convention `conv_out` (the conv's output,
-  only where a conv exists) and `core_out` (the core's output before the output projection).
+  only where a conv exists) and `core_out` (the core's output before the output projection). Create
+  them in the order forward visits them; use only a site's output (interventions patch it in place).
 - class attributes, the published defaults of a block that uses it: `Options` (a `MixerOptions`),
   `default_conv`, `default_mlp`, `default_norm`, `positions` (learned position embeddings), `has_conv`.
 """
