@@ -48,12 +48,12 @@ def test_fused_equals_loop_outputs_and_gradients(B, T, Di, N, seed):
 
 
 def test_backward_split_over_channel_groups(monkeypatch):
-    """With more threads than batch rows, channels are split into groups whose ∂B, ∂C partials are summed."""
+    """With more threads than batch rows, channel blocks are split into groups whose ∂B, ∂C partials are summed."""
     from mecheval.models.ops import selective_scan_fused as fused
 
-    monkeypatch.setattr(fused.numba, "get_num_threads", lambda: 8)  # B=1 -> 5 groups of one channel
-    xs = scan_inputs(1, 11, 5, 3, seed=7)
-    gy = torch.randn(1, 11, 5, generator=torch.Generator().manual_seed(8))
+    monkeypatch.setattr(fused.numba, "get_num_threads", lambda: 8)  # B=1, 40 channels -> 3 groups of one block
+    xs = scan_inputs(1, 11, 40, 3, seed=7)
+    gy = torch.randn(1, 11, 40, generator=torch.Generator().manual_seed(8))
     grads = torch.autograd.grad(selective_scan_fused(*xs), xs, gy)
     grads_ref = torch.autograd.grad(selective_scan_loop(*xs), xs, gy)
     for name, g, g_ref in zip("u delta A Bm Cm D".split(), grads, grads_ref):

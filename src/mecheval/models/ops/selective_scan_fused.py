@@ -7,8 +7,9 @@ Shapes: u, delta: [B, T, Di]; A: [Di, N]; Bm, Cm: [B, T, N]; D: [Di]; y: [B, T, 
 
 Forward: work items (batch, block of W = 16 adjacent channels) run in parallel, each update vectorised
 across the block's channels (contiguous in u, Δ, y), time in chunks of TC steps; only y is kept.
-Backward: work items (batch, group of channels); per channel the states h_0..h_T are recomputed into
-a [T, N] scratch (as the GPU kernel recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
+Backward: work items (batch, group of channel blocks); per block of W channels, vectorised across them
+as in the forward, the states h_0..h_T are recomputed into a [T, N, W] scratch (as the GPU kernel
+recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
 
     g_t = gy_t C_t + exp(Δ_{t+1} A) ⊙ g_{t+1}
     ∂C_t = Σ_d gy_t h_t      ∂B_t = Σ_d g_t Δ_t u_t      ∂D = Σ_{b,t} gy_t u_t
@@ -79,18 +80,19 @@ TC = 32  # time steps per forward chunk (keeps the forward's scratch small)
 
 
 @njit(cache=True, fastmath=False)
-def _decay_block(delta, At, b, d0, Wb, t0, tc, z, out, kbuf):  # pragma: no cover - compiled
-    """out[s, n, w] = exp(Δ[b, t0 + s, d0 + w] A[d0 + w, n]) for s < tc, w < Wb (At = A^T: [N, Di]).
-    z, out: [>= tc, N, W] scratch (lanes w >= Wb are left meaningless); kbuf: int32 [z.size]."""
-    N = z.shape[1]
+def _decay_block(dt, At_blk, tc, z, out, kbuf):  # pragma: no cover - compiled
+    """out[s, n, w] = exp(dt[s, w] At_blk[n, w]) for s < tc, all W lanes. dt: [>= tc, W] and At_blk: [N, W],
+    contiguous copies of the block's Δ and A^T (lanes past a partial block hold 0: exp(0) = 1, unused);
+    z, out: [>= tc, N, W] scratch; kbuf: int32 [z.size]. Local copies let LLVM vectorise the products."""
+    N = At_blk.shape[0]
+    zf = z.reshape(z.size)
     for s in range(tc):
-        dt = delta[b, t0 + s]
         for n in range(N):
-            an, zn = At[n], z[s, n]
-            for w in range(Wb):
-                zn[w] = dt[d0 + w] * an[d0 + w]
-    m = tc * N * z.shape[2]
-    _exp_into(z.reshape(z.size)[:m], out.reshape(out.size)[:m], kbuf[:m])
+            base = (s * N + n) * W
+            for w in range(W):
+                zf[base + w] = dt[s, w] * At_blk[n, w]
+    m = tc * N * W
+    _exp_into(zf[:m], out.reshape(out.size)[:m], kbuf[:m])
 
 
 @njit(parallel=True, cache=True, fastmath=False)
@@ -101,11 +103,18 @@ def _scan_fwd(u, delta, At, Bm, Cm, D, y):  # pragma: no cover - compiled
     for i in prange(Bsz * nblk):
         b, d0 = i // nblk, (i % nblk) * W
         Wb = min(W, Di - d0)
-        z, dA, kbuf = np.zeros((TC, N, W), At.dtype), np.empty((TC, N, W), At.dtype), np.empty(TC * N * W, np.int32)
+        z, dA, kbuf = np.empty((TC, N, W), At.dtype), np.empty((TC, N, W), At.dtype), np.empty(TC * N * W, np.int32)
         h, dtx = np.zeros((N, W), At.dtype), np.empty(W, At.dtype)
+        At_blk, dt_blk = np.zeros((N, W), At.dtype), np.zeros((TC, W), At.dtype)
+        for n in range(N):
+            for w in range(Wb):
+                At_blk[n, w] = At[n, d0 + w]
         for t0 in range(0, T, TC):
             tc = min(TC, T - t0)
-            _decay_block(delta, At, b, d0, Wb, t0, tc, z, dA, kbuf)
+            for s in range(tc):
+                for w in range(Wb):
+                    dt_blk[s, w] = delta[b, t0 + s, d0 + w]
+            _decay_block(dt_blk, At_blk, tc, z, dA, kbuf)
             for s in range(tc):
                 x, dt, acc = u[b, t0 + s, d0 : d0 + Wb], delta[b, t0 + s, d0 : d0 + Wb], y[b, t0 + s, d0 : d0 + Wb]
                 for w in range(Wb):
@@ -118,59 +127,78 @@ def _scan_fwd(u, delta, At, Bm, Cm, D, y):  # pragma: no cover - compiled
                         acc[w] += hn[w] * cn
 
 
-@njit(cache=True, fastmath=False)
-def _decay_channel(delta, A, b, d, z, out, kbuf):  # pragma: no cover - compiled
-    """out[t, n] = exp(Δ[b, t, d] A[d, n]) for all t, in one vectorised pass. z, out: [T, N] scratch."""
-    T, N = out.shape
-    for t in range(T):
-        for n in range(N):
-            z[t, n] = delta[b, t, d] * A[d, n]
-    _exp_into(z.reshape(T * N), out.reshape(T * N), kbuf)
-
-
 @njit(parallel=True, cache=True, fastmath=False)
 def _scan_bwd(u, delta, A, Bm, Cm, D, gy, du, ddelta, dA_part, dB_part, dC_part, dD_part):  # pragma: no cover
-    """dA_part, dD_part: [B, Di, N], [B, Di]; dB_part, dC_part: [B, G, T, N] for G channel groups.
-    Each pass below is a short loop over n on few arrays, so that LLVM vectorises it."""
+    """dA_part, dD_part: [B, Di, N], [B, Di]; dB_part, dC_part: [B, G, T, N] for G groups of channel blocks.
+    A block's Δ, u, ∂y and A are copied to local [T, W] / [N, W] arrays whose lanes past a partial block
+    hold 0 (their states and gradients stay 0), so every pass is a vectorised loop over the W lanes."""
     Bsz, T, Di = u.shape
     N = A.shape[1]
     G = dB_part.shape[1]
-    per = (Di + G - 1) // G
-    zero = A.dtype.type(0)
+    nblk = (Di + W - 1) // W
+    per = (nblk + G - 1) // G
+    dtype = A.dtype
     for i in prange(Bsz * G):
         b, grp = i // G, i % G
         Bb, Cb, dB, dC = Bm[b], Cm[b], dB_part[b, grp], dC_part[b, grp]  # [T, N] each
-        z, kbuf = np.empty((T, N), A.dtype), np.empty(T * N, np.int32)
-        dA = np.zeros((T + 1, N), A.dtype)  # dA[t] = exp(Δ_t A); dA[T] = 0 (no step after the last)
-        hs = np.zeros((T + 1, N), A.dtype)  # hs[t + 1] = h_t, hs[0] = 0
-        g = np.zeros((T + 1, N), A.dtype)  # g[t] = ∂L/∂h_t, g[T] = 0
-        for d in range(grp * per, min(Di, (grp + 1) * per)):
-            _decay_channel(delta, A, b, d, z, dA[:T], kbuf)
+        z, kbuf = np.empty((T, N, W), dtype), np.empty(T * N * W, np.int32)
+        dA = np.zeros((T + 1, N, W), dtype)  # dA[t] = exp(Δ_t A); dA[T] = 0 (no step after the last)
+        hs = np.zeros((T + 1, N, W), dtype)  # hs[t + 1] = h_t, hs[0] = 0
+        g = np.zeros((T + 1, N, W), dtype)  # g[t] = ∂L/∂h_t, g[T] = 0
+        At_blk, dt, x, gyb = np.empty((N, W), dtype), np.empty((T, W), dtype), np.empty((T, W), dtype), np.empty((T, W), dtype)
+        dAd, gB, gA, dtx = np.empty((N, W), dtype), np.empty(W, dtype), np.empty(W, dtype), np.empty(W, dtype)
+        for blk in range(grp * per, min(nblk, (grp + 1) * per)):
+            d0 = blk * W
+            Wb = min(W, Di - d0)
+            At_blk[:], dt[:], x[:], gyb[:], dAd[:] = 0, 0, 0, 0, 0
+            for n in range(N):
+                for w in range(Wb):
+                    At_blk[n, w] = A[d0 + w, n]
             for t in range(T):
-                dtx = delta[b, t, d] * u[b, t, d]
+                for w in range(Wb):
+                    dt[t, w], x[t, w], gyb[t, w] = delta[b, t, d0 + w], u[b, t, d0 + w], gy[b, t, d0 + w]
+            _decay_block(dt, At_blk, T, z, dA, kbuf)
+            for t in range(T):
+                for w in range(W):
+                    dtx[w] = dt[t, w] * x[t, w]
                 for n in range(N):
-                    hs[t + 1, n] = dA[t, n] * hs[t, n] + dtx * Bb[t, n]
+                    h0, h1, a, bn = hs[t, n], hs[t + 1, n], dA[t, n], Bb[t, n]
+                    for w in range(W):
+                        h1[w] = a[w] * h0[w] + dtx[w] * bn
             for t in range(T - 1, -1, -1):
-                gyt = gy[b, t, d]
+                gyt = gyb[t]
                 for n in range(N):
-                    g[t, n] = gyt * Cb[t, n] + dA[t + 1, n] * g[t + 1, n]
-            dAd, dDd = dA_part[b, d], zero
+                    g0, g1, a, cn = g[t, n], g[t + 1, n], dA[t + 1, n], Cb[t, n]
+                    for w in range(W):
+                        g0[w] = gyt[w] * cn + a[w] * g1[w]
             for t in range(T):
-                dt, x, gyt = delta[b, t, d], u[b, t, d], gy[b, t, d]
+                gB[:], gA[:] = 0, 0  # g_t · B_t,  Σ_n ∂L/∂(Δ_t A_n) A_n, per lane
+                dtt, gyt = dt[t], gyb[t]
+                for w in range(W):
+                    dtx[w] = dtt[w] * x[t, w]
                 for n in range(N):
-                    dC[t, n] += gyt * hs[t + 1, n]
-                    dB[t, n] += g[t, n] * (dt * x)
+                    gn, h0, h1, a, An, dAn, bn = g[t, n], hs[t, n], hs[t + 1, n], dA[t, n], At_blk[n], dAd[n], Bb[t, n]
+                    ac, ab = dtype.type(0), dtype.type(0)
+                    for w in range(W):
+                        zw = gn[w] * h0[w] * a[w]  # ∂L/∂(Δ_t A) per state
+                        dAn[w] += zw * dtt[w]
+                        gB[w] += gn[w] * bn
+                        gA[w] += zw * An[w]
+                    for w in range(W):
+                        ac += gyt[w] * h1[w]
+                        ab += gn[w] * dtx[w]
+                    dC[t, n] += ac
+                    dB[t, n] += ab
+                for w in range(Wb):
+                    du[b, t, d0 + w] = dt[t, w] * gB[w] + D[d0 + w] * gyb[t, w]
+                    ddelta[b, t, d0 + w] = x[t, w] * gB[w] + gA[w]
+            for w in range(Wb):
+                ddw = dtype.type(0)
+                for t in range(T):
+                    ddw += gyb[t, w] * x[t, w]
+                dD_part[b, d0 + w] = ddw
                 for n in range(N):
-                    z[t, n] = g[t, n] * hs[t, n] * dA[t, n]  # ∂L/∂(Δ_t A) per state
-                    dAd[n] += z[t, n] * dt
-                gB, gA = zero, zero  # g_t · B_t,  Σ_n ∂L/∂(Δ_t A_n) A_n
-                for n in range(N):
-                    gB += g[t, n] * Bb[t, n]
-                    gA += z[t, n] * A[d, n]
-                du[b, t, d] = dt * gB + D[d] * gyt
-                ddelta[b, t, d] = x * gB + gA
-                dDd += gyt * x
-            dD_part[b, d] = dDd
+                    dA_part[b, d0 + w, n] = dAd[n, w]
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -196,9 +224,9 @@ class SelectiveScanFn(torch.autograd.Function):
         u, delta, A, Bm, Cm, D = ctx.saved_tensors
         _use_torch_threads()
         (Bsz, T, Di), N = u.shape, A.shape[1]
-        groups = min(Di, -(-numba.get_num_threads() // Bsz))  # >= 1 work item per thread
+        groups = min(-(-Di // W), -(-numba.get_num_threads() // Bsz))  # >= 1 work item per thread
         du, ddelta = torch.empty_like(u), torch.empty_like(delta)
-        dA_part, dD_part = u.new_zeros(Bsz, Di, N), u.new_empty(Bsz, Di)
+        dA_part, dD_part = u.new_empty(Bsz, Di, N), u.new_empty(Bsz, Di)
         dB_part, dC_part = u.new_zeros(Bsz, groups, T, N), u.new_zeros(Bsz, groups, T, N)
         _scan_bwd(
             _numpy(u), _numpy(delta), _numpy(A), _numpy(Bm), _numpy(Cm), _numpy(D), _numpy(gy),
