@@ -362,7 +362,7 @@ def test_a_full_disk_or_an_unwritable_out_is_one_line(tmp_path, tiny_run, monkey
     def full(path, data):
         raise OSError(errno, text, str(path))
 
-    monkeypatch.setattr("mecheval.training.checkpoint.atomic_write_bytes", full)
+    monkeypatch.setattr("mecheval.common.atomic_write_bytes", full)
     spec = write_spec(tmp_path / "sweep.yaml", tiny_run)
     line = one_error_line(cli("sweep", spec, "--out", tmp_path / "out"))
     assert line.startswith(f"error: {tmp_path / 'out' / 'sweep.yaml'}: {text}")
@@ -394,7 +394,7 @@ def test_a_really_full_disk_loses_nothing(small_disk, tmp_path, tiny_run, tiny_c
 
 
 def test_debug_shows_the_traceback(tmp_path, tiny_run, monkeypatch):
-    monkeypatch.setattr("mecheval.training.checkpoint.atomic_write_bytes", lambda p, d: 1 / 0)
+    monkeypatch.setattr("mecheval.common.atomic_write_bytes", lambda p, d: 1 / 0)
     spec = write_spec(tmp_path / "sweep.yaml", tiny_run)
     assert "ZeroDivisionError" in one_error_line(cli("sweep", spec, "--out", tmp_path / "out"))
     assert "Traceback" in cli("--debug", "sweep", spec, "--out", tmp_path / "out").output

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mecheval.training.config import set_dotted
+from mecheval.common import set_dotted
 
 PAPER_WIDTHS = [16, 32, 64, 128, 256]
 PAPER_LRS = [3e-5, 1e-4, 3e-4, 1e-3, 3e-3]

@@ -22,7 +22,7 @@ from mecheval.report.build import STUDY_JSON
 from mecheval.study.presets import STUDIES, Study
 from mecheval.sweeps import SweepConfig, collect, run_sweep
 from mecheval.sweeps.runner import RUNS
-from mecheval.training.checkpoint import atomic_write_text
+from mecheval.common import atomic_write_text
 
 
 def get_study(name: str) -> Study:

@@ -21,7 +21,7 @@ import yaml
 from mecheval.sweeps.executors import Job, Outcome, run_local, run_ray
 from mecheval.sweeps.preflight import changed_runs, check_models
 from mecheval.sweeps.spec import SweepConfig, expand
-from mecheval.training.checkpoint import atomic_write_text
+from mecheval.common import atomic_write_text
 from mecheval.training.config import ConfigError, flatten
 from mecheval.training.lock import DirLock
 from mecheval.training.run_dir import RunDir

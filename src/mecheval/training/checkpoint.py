@@ -1,4 +1,4 @@
-"""Atomic files and training checkpoints: safetensors tensors plus JSON metadata, never pickle.
+"""Training checkpoints (written atomically, `mecheval.common`): safetensors tensors plus JSON metadata, never pickle.
 
 A checkpoint is one file, so one `os.replace` makes it visible whole: a run killed at any moment
 leaves either the previous checkpoint or the new one. Tensors:
@@ -11,15 +11,14 @@ and metadata {"format": FORMAT, "state": JSON (step, fingerprint, data stream, w
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+
+from mecheval.common import replacing
 
 FORMAT = "mecheval-checkpoint/1"
 
@@ -28,33 +27,8 @@ class CheckpointError(RuntimeError):
     """A checkpoint or weights file that is unreadable, or does not match the run's config."""
 
 
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """Yields a temporary path beside `path` to write; then flushes it to disk and renames it over
-    `path`. A failed write (a full disk) removes the temporary file and leaves `path` as it was."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` whole or not at all (see `_replacing`)."""
-    with _replacing(path) as tmp, open(tmp, "wb") as f:
-        f.write(data)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
-
-
 def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    with _replacing(path) as tmp:
+    with replacing(path) as tmp:
         try:
             save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
         except SafetensorError as e:  # an OSError underneath (e.g. no space left on device)

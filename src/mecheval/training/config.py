@@ -15,11 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mecheval.common import ConfigError, flatten, set_dotted
 from mecheval.models.config import ModelConfig
-
-
-class ConfigError(ValueError):
-    """A config that cannot be read or validated; the message names the field(s) at fault."""
 
 
 class _Strict(BaseModel):
@@ -168,31 +165,6 @@ def format_validation_error(e: ValidationError) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "(config)"
         lines.append(f"{loc}: {err['msg']}")
     return "\n".join(lines)
-
-
-def set_dotted(data: dict, key: str, value: Any) -> None:
-    """data[a][b] = value for key "a.b", creating dicts on the way; an error where a non-dict is in the way."""
-    parts = key.split(".")
-    if not all(parts):
-        raise ConfigError(f"bad key {key!r}")
-    node = data
-    for i, p in enumerate(parts[:-1]):
-        child = node.setdefault(p, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"cannot set {key!r}: {'.'.join(parts[: i + 1])} is {child!r}, not a mapping")
-        node = child
-    node[parts[-1]] = value
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    """The inverse of `set_dotted`: {"a": {"b": 1}} -> {"a.b": 1}; lists (and empty dicts) become JSON strings."""
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple, dict)) else value
-    return out
 
 
 def parse_override(text: str) -> tuple[str, Any]:

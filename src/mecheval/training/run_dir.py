@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from mecheval.training.checkpoint import CheckpointError, atomic_write_text, load_weights, read_tensors
+from mecheval.common import atomic_write_text
+from mecheval.training.checkpoint import CheckpointError, load_weights, read_tensors
 from mecheval.training.config import ConfigError, TrainConfig, validate_config
 
 CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (

@@ -26,7 +26,8 @@ from tqdm import tqdm
 import mecheval
 from mecheval.models import LM, build_model
 from mecheval.tasks import Batch, make_task
-from mecheval.training.checkpoint import atomic_save_tensors, atomic_write_text, load_checkpoint, save_checkpoint
+from mecheval.common import atomic_write_text
+from mecheval.training.checkpoint import atomic_save_tensors, load_checkpoint, save_checkpoint
 from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
 from mecheval.training.lock import DirLock
