@@ -45,3 +45,26 @@ def test_boxes_leave_out_runs_that_did_not_learn():
     fig = boxes_figure(df)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["attention", "mamba"]
     plt.close(fig)
+
+
+def test_accuracy_bars_and_scatter_carry_their_intervals():
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    from mecheval.report.figures import accuracy_figure
+
+    best = pd.DataFrame({"arch": ["attention", "mamba"], "model.d_model": [64, 64], "acc": [0.9, 0.5],
+                         "published_acc": [1.0, None], "acc_outside": [0.8, 0.4],
+                         "acc_outside_lo": [0.7, 0.35], "acc_outside_hi": [0.85, 0.5]})
+    ax = accuracy_figure(best).axes[0]
+    [bars] = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [b.get_height() for b in bars] == [0.8, 0.4]  # accuracy outside the conv reach, not `acc`
+    segments = bars.errorbar.lines[2][0].get_segments()
+    np.testing.assert_allclose([(s[0][1], s[1][1]) for s in segments], [(0.7, 0.85), (0.35, 0.5)])
+    df = frame([("attention", 0.0, 1.0, 0.0, "induction")]).assign(
+        **{"attrib@value_lo": 0.9, "attrib@value_hi": 1.05, "attrib@query_lo": -0.02, "attrib@query_hi": 0.03,
+           "attrib@key_lo": 0.0, "attrib@key_hi": 0.0})
+    ax = scatter_figure(df).axes[0]
+    [bars] = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    xs, ys = (seg.get_segments()[0] for seg in bars.lines[2])
+    np.testing.assert_allclose([xs[0][0], xs[1][0], ys[0][1], ys[1][1]], [-0.02, 0.03, 0.9, 1.05])
+    plt.close("all")
