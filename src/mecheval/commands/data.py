@@ -16,7 +16,7 @@ ROLE_STYLES = {"key": "bold cyan", "value": "bold green", "sep": "magenta", "que
 
 data_app = typer.Typer(help="Inspect tasks: examples with their roles, and statistics.", no_args_is_help=True)
 
-TASK_ARG = typer.Argument(..., help="task name: ar, mqar or atr")
+TASK_ARG = typer.Argument(..., help="task name: ar, mqar, atr, or an import path (mypkg.tasks:MyTask)")
 PARAM_OPT = typer.Option([], "--param", "-p", help="task parameter k=v (repeatable), e.g. n_pairs=8")
 SPLIT_OPT = typer.Option("train", "--split", help="train, test (or heldout for ATR with holdout_frac)")
 
