@@ -40,6 +40,7 @@ class GatedDeltaNetOptions(MixerOptions):
 
 
 class GatedDeltaNet(Mixer):
+    label = "gated-deltanet"
     Options = GatedDeltaNetOptions
     default_conv = 4
 

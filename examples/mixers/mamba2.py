@@ -43,6 +43,7 @@ class Mamba2Options(MixerOptions):
 
 
 class Mamba2(Mixer):
+    label = "mamba2"
     Options = Mamba2Options
     default_conv = 4
     default_mlp = False

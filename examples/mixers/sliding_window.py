@@ -32,6 +32,7 @@ class SlidingWindowOptions(MixerOptions):
 
 
 class SlidingWindowAttention(Mixer):
+    label = "sliding-window"
     Options = SlidingWindowOptions
     has_conv = False
     positions = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,6 +64,7 @@ def test_the_zoo_is_registered_by_import_path():
 
 
 def test_a_mixer_by_import_path_builds_with_its_defaults_and_options(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))  # for examples/
     path = write_module(tmp_path, monkeypatch, GOOD_MIXER) + ":CumMean"
     cfg = ModelConfig(vocab_size=11, d_model=8, mixer=["attention", path], options={path: {"scale": 2.0}})
     assert cfg.norm == ["layernorm", "rmsnorm"] and cfg.mlp == [True, False] and cfg.d_conv == [0, 0]
@@ -72,6 +74,7 @@ def test_a_mixer_by_import_path_builds_with_its_defaults_and_options(tmp_path, m
     assert "layers.1.core_out" in lm.sites()
     assert lm(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 11)
     assert mixer_label(path) == "cummean" and mixer_label("mamba") == "mamba"
+    assert mixer_label("examples.mixers.sliding_window:SlidingWindowAttention") == "sliding-window"  # its label
     assert not mixer_spec(path).has_recurrent and MIXERS["mamba"].has_recurrent
 
 

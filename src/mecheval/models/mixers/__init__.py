@@ -27,8 +27,8 @@ def mixer_spec(name: str) -> MixerSpec:
 
 
 def mixer_label(name: str) -> str:
-    """How reports name a mixer: its zoo name, or a plug-in's class name in lower case (`mamba2`)."""
-    return name if name in ZOO else mixer_spec(name).cls.__name__.lower()
+    """How reports name a mixer: its zoo name, or a plug-in's `label` (default: its class name in lower case)."""
+    return name if name in ZOO else mixer_spec(name).cls.label or mixer_spec(name).cls.__name__.lower()
 
 
 MIXERS: dict[str, MixerSpec] = {name: mixer_spec(name) for name in ZOO}

@@ -12,7 +12,8 @@ The contract, written down once (checked when a mixer is loaded, `MixerSpec.of`;
   only where a conv exists) and `core_out` (the core's output before the output projection). Create
   them in the order forward visits them; use only a site's output (interventions patch it in place).
 - class attributes, the published defaults of a block that uses it: `Options` (a `MixerOptions`),
-  `default_conv`, `default_mlp`, `default_norm`, `positions` (learned position embeddings), `has_conv`.
+  `default_conv`, `default_mlp`, `default_norm`, `positions` (learned position embeddings), `has_conv`,
+  and `label` (the name reports give a plug-in).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Mixer(nn.Module):
     default_mlp: ClassVar[bool] = True
     default_norm: ClassVar[str] = "layernorm"
     positions: ClassVar[bool] = False  # True: the LM adds learned position embeddings (pos_emb default)
+    label: ClassVar[str] = ""  # how reports name a plug-in ("" -> its class name in lower case)
 
     def __init__(self, d_model: int, conv: ConvSpec, options: MixerOptions, layer_idx: int, max_len: int):
         super().__init__()
