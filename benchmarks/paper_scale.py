@@ -42,6 +42,7 @@ from mecheval.training.trainer import Trainer
 
 D_MODEL, N_LAYERS, BATCH = 64, 2, 32
 PAPER_STEPS = AR_STEPS[0]  # 50,016
+SETTLE_S = 0.5  # pause before each round (idle threads stop spinning)
 
 
 def paper_config(preset: str) -> dict:
@@ -90,10 +91,14 @@ class Cell:
 
 
 def measure(cells: list[Cell], rounds: int, steps: int) -> None:
-    """One untimed warm-up block per cell (numba compiles, caches fill), then `rounds` round-robin blocks."""
+    """One untimed warm-up block per cell (numba compiles, caches fill), then `rounds` round-robin blocks.
+    One-thread cells go first in each round, after a pause: a pool's idle threads spin for a while after
+    a multi-threaded call, and their CPU time would count against the next cell."""
+    cells = sorted(cells, key=lambda c: c.threads)
     for cell in cells:
         cell.run(1)
     for r in range(rounds):
+        time.sleep(SETTLE_S)
         for cell in cells:
             cell.time(steps)
         print(f"round {r + 1}/{rounds} done", flush=True)
