@@ -123,3 +123,13 @@ def test_tap_ablation_of_the_binding_layer_drops_accuracy_to_chance(ar_task, bat
     before = [p.clone() for p in lm.parameters()]
     conv_ablation(lm, batch)
     assert all(torch.equal(a, b) for a, b in zip(before, lm.parameters()))  # the weights are restored
+
+
+def test_tap_ablation_has_one_row_per_layer_set_and_lag(ar_task, batch):
+    lm = conv_binding_lm(ar_task.vocab_size)  # short convs in both layers (kernel 2)
+    ab = conv_ablation(lm, batch)
+    assert not ab.duplicated(["layers", "lags"]).any()
+    assert set(zip(ab["layers"], ab["lags"])) == {("none", "none"), ("0+1", ">=1"), ("0", ">=1"), ("0", "1"),
+                                                  ("1", ">=1"), ("1", "1")}
+    one = conv_binding_lm(ar_task.vocab_size, n_layers=1)
+    assert set(zip(*conv_ablation(one, batch)[["layers", "lags"]].T.values)) == {("none", "none"), ("0", ">=1"), ("0", "1")}

@@ -93,7 +93,7 @@ def conv_ablation(lm: LM, batch: Batch) -> pd.DataFrame:
 
     try:
         row("none", "none", {}, [])
-        if convs:
+        if len(convs) > 1:  # all layers together (one layer alone is the row below)
             longest = max(c.kernel_size for c in convs.values())
             row("+".join(map(str, convs)), ">=1", convs, list(range(1, longest)))
         for i, c in convs.items():
