@@ -32,6 +32,7 @@ def test_seeds_are_averaged_into_one_row_with_the_most_common_verdict():
     assert summary["seeds"].tolist() == [3, 3]
     np.testing.assert_allclose(summary["acc"], [0.9, 0.6])
     assert summary["verdict"].tolist() == ["induction", "direct retrieval"]
+    assert summary["verdicts"].tolist() == ["induction 2, mixed 1", "direct retrieval 3"]  # no seed hidden
     assert GRAMMAR not in summary  # one grammar: no column for it
     seeds = seeds_table(study_rows())
     np.testing.assert_allclose(seeds["acc_std"], [0.1, 0.1])
@@ -78,3 +79,15 @@ def test_published_accuracy_reads_the_width_grammar_and_conv():
     assert published_accuracy("ar", None, "based", "long", 64) == published.BASED_AR_BY_CONV["long"][64]
     assert published_accuracy("ar", None, "hyena", None, 256) == 0.30
     assert published_accuracy("ar", None, "mamba2", None, 64) is None  # a plug-in: nothing published
+
+
+def test_intervals_over_seeds_and_for_one_run():
+    rows = study_rows().assign(acc_outside=lambda d: d["acc"], acc_outside_lo=0.0, acc_outside_hi=1.0,
+                               **{"attrib@value_lo": 0.1, "attrib@value_hi": 0.2})
+    summary = summarise(rows).set_index("arch")
+    # three seeds: a t interval over them (accuracy clipped to [0, 1]), not the runs' own intervals
+    lo, hi = summary.loc["attention", ["acc_outside_lo", "acc_outside_hi"]]
+    half = 4.302653 * 0.1 / 3**0.5
+    assert (lo, hi) == pytest.approx((max(0.9 - half, 0), min(0.9 + half, 1)), abs=1e-4)
+    one = summarise(rows[rows["seed"] == 0]).set_index("arch")  # one run: its own interval
+    assert tuple(one.loc["mamba", ["attrib@value_lo", "attrib@value_hi"]]) == (0.1, 0.2)

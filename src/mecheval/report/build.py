@@ -59,7 +59,8 @@ def _interval(group: pd.DataFrame, col: str) -> tuple[float, float]:
     values = group[col].dropna().astype(float)
     if len(values) >= 2:
         half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / len(values) ** 0.5
-        return values.mean() - half, values.mean() + half
+        lo, hi = values.mean() - half, values.mean() + half
+        return (max(lo, 0.0), min(hi, 1.0)) if col.startswith("acc") else (lo, hi)
     lo, hi = f"{col}_lo", f"{col}_hi"
     if len(values) == 1 and lo in group and group[lo].notna().any():
         row = group.loc[values.index[0]]
@@ -74,7 +75,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     by = ["arch", "model.d_model", "optim.lr"] + ([GRAMMAR] if GRAMMAR in best else [])
     means = [c for c in MEANS if c in best]
     g = best.groupby(by, sort=False, dropna=False)
-    out = g[means].mean().join(g.agg(seeds=("seed", "nunique"), verdict=("verdict", _mode), task=("task.name", "first")))
+    out = g[means].mean().join(g.agg(seeds=("seed", "nunique"), verdict=("verdict", _mode), task=("task.name", "first"),
+                                     verdicts=("verdict", _counts)))
     shown = [c for c in INTERVALS if c in best]
     bounds = {key: {c: _interval(part, c) for c in shown} for key, part in g}
     for c in shown:
@@ -93,12 +95,18 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     with_ci = [x for c in shown for x in (c, f"{c}_lo", f"{c}_hi")]
     cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
             *(["acc_heldout"] if "acc_heldout" in out else []), *[c for c in with_ci if c.startswith("acc")],
-            "published_acc", "verdict", *(["detail"] if "detail" in out else []), "published_verdict",
+            "published_acc", "verdict", "verdicts", *(["detail"] if "detail" in out else []), "published_verdict",
             "agree", *[c for c in with_ci if c.startswith("attrib")], "effect"]
     for c in ("attrib@key", "attrib@value", "attrib@query"):
         if c not in cols:
             cols.insert(cols.index("effect"), c)
     return out[cols].astype({"published_acc": float}).reset_index(drop=True)
+
+
+def _counts(values: pd.Series) -> str:
+    """How many seeds got each verdict, e.g. `induction 1, direct retrieval 2` (most common first)."""
+    counts = values.dropna().value_counts()
+    return ", ".join(f"{label} {n}" for label, n in counts.items())
 
 
 def _detail(part: pd.DataFrame, verdict) -> str | None:
