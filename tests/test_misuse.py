@@ -485,3 +485,13 @@ def test_a_failed_sweep_run_keeps_its_traceback_in_the_run_log(tmp_path, tiny_co
         run_one(tiny_config().model_dump(mode="json"), str(tmp_path), 1)
     log = (tmp_path / "error.log").read_text()
     assert "Traceback (most recent call last)" in log and "RunExistsError" in log
+
+
+def test_the_cli_needs_no_click_beyond_what_typer_brings():
+    """`make run` installs mecheval without extras; recent typer vendors click, so importing click breaks it."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['click'] = None; import mecheval.cli"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -7,12 +7,13 @@ import functools
 import traceback
 from collections.abc import Callable
 
-import click
 import typer
-from typer.exceptions import TyperException
 
 DEBUG = {"on": False}  # set by `mecheval --debug`
 INTERRUPTED = 130  # the shell's code for a process stopped by SIGINT
+# The CLI framework's own errors pass through; typer raises click's (older typer) or its vendored copy's.
+CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+PASS_THROUGH = (CLICK_ERROR, typer.Exit, typer.Abort)
 
 
 def describe(e: BaseException) -> str:
@@ -38,7 +39,7 @@ def guard(command: Callable) -> Callable:
 
         try:
             return command(*args, **kwargs)
-        except (TyperException, typer.Exit, typer.Abort, click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except PASS_THROUGH:
             raise
         except (SweepInterrupted, TrainingInterrupted, KeyboardInterrupt) as e:
             typer.echo(f"stopped: {e}" if str(e) else "stopped (Ctrl-C)", err=True)
