@@ -2,6 +2,7 @@
 Slow: the study trains in spawned worker processes (`make test-slow`)."""
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -21,6 +22,10 @@ def test_every_run_is_trained_and_intervened(tiny_study):
     for name in runs["name"]:
         verdict = json.loads((out / "runs" / name / "verdict.json").read_text())
         assert verdict["verdict"] in ("induction", "direct retrieval", "mixed", "not learned")
+        # read where it should be, on the examples it says, with the accuracy it rests on
+        assert (verdict["site"], verdict["layer"]) == ("resid_pre", 1) and verdict["subset"] in ("outside", "all")
+        assert verdict["n"] == verdict[f"n_{verdict['subset']}"] and 0 < verdict["n"] <= 64
+        assert verdict["acc_all_lo"] <= verdict["acc_all"] <= verdict["acc_all_hi"] and verdict["detail"]
         table = pd.read_parquet(out / "runs" / name / "interventions.parquet")
         assert set(table["corrupt"]) == {"key", "value"}
     # conv_out is patched where the model has one (attention and conv-less Mamba have none)
@@ -77,3 +82,16 @@ def test_held_out_accuracy_is_reported_where_the_study_evaluates_it(tiny_heldout
     assert "acc_heldout" in report.markdown.read_text()
     # a study without the split has no such column
     assert "acc_heldout" not in tiny_study[1].summary
+
+
+def test_an_unreadable_run_is_skipped_by_the_study_interventions(tiny_study, tmp_path, capsys):
+    out = tmp_path / "copy"
+    shutil.copytree(tiny_study[0], out)
+    bad = sorted((out / "runs").iterdir())[0]
+    (bad / "verdict.json").unlink()
+    (bad / "model.safetensors").write_bytes((bad / "model.safetensors").read_bytes()[:100])  # truncated
+    report = run_study(TINY, out, workers=1, n_examples=64, quiet=True)
+    meta = json.loads((out / "study.json").read_text())
+    assert meta["not_intervened"] == [bad.name]
+    assert f"skipped interventions of {bad.name}" in capsys.readouterr().err
+    assert report.html.exists() and not (bad / "verdict.json").exists()

@@ -11,11 +11,13 @@ Re-running skips finished runs and runs that already have their interventions.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
+from mecheval.commands.errors import describe
 from mecheval.interventions.runs import intervene_run
 from mecheval.report import Report, build_report
 from mecheval.report.build import STUDY_JSON
@@ -65,9 +67,14 @@ def run_study(
     start = time.perf_counter()
     runs = sorted(out / RUNS / o.name for o in outcomes)
     todo = [d for d in runs if not (d / "verdict.json").exists()]
+    unreadable = []
     for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
-        intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),
-                      min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
+        try:
+            intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),
+                          min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
+        except Exception as e:  # one bad run is reported and skipped; the report shows it without a verdict
+            unreadable.append(run_dir.name)
+            tqdm.write(f"skipped interventions of {run_dir.name}: {describe(e)}", file=sys.stderr)
     times["intervene_s"] = time.perf_counter() - start
 
     collect(out).to_parquet(out / "runs.parquet", index=False)
@@ -75,7 +82,7 @@ def run_study(
     meta = {
         "preset": study.name, "scale": scale, "description": study.description,
         "cpu_drops": study.cpu_drops if scale == "cpu" else "", "findings": list(study.findings),
-        "n_examples": n_examples, "runs": len(runs),
+        "n_examples": n_examples, "runs": len(runs), "not_intervened": unreadable,
         # a resumed study adds this call's time to what earlier calls spent
         **{k: previous.get(k, 0.0) + v for k, v in times.items()},
     }
