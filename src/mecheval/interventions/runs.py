@@ -22,7 +22,7 @@ from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import conv_ablation, conv_window
 from mecheval.interventions.patching import interchange
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile
-from mecheval.interventions.verdict import Verdict, mechanism
+from mecheval.interventions.verdict import NothingToRead, Verdict, mechanism
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")
 PROFILE_SITES = ("resid_pre", "layers.*.resid_post")  # the layer profile: every block's input and output  # files every finished run directory holds
@@ -62,8 +62,8 @@ def intervene_run(
     """Runs the interchange experiments of one run and writes its outputs -> (the table, the verdict or None).
 
     Every table is split by the receptive-field artefact (`artefact.subsets`: column `subset`, the
-    verdict reads `outside`). The layer profile (`resid_pre` of every layer and `resid_post` of the
-    last) is always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
+    verdict reads `outside`). The layer profile (`resid_pre` and `resid_post` of every layer) is
+    always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
     on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out`
     without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet).
     Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance).
@@ -110,7 +110,7 @@ def intervene_run(
     if readable:
         try:
             verdict = mechanism(df, corrupt=corrupt[0], min_effect=min_effect, conv_window=window)
-        except ValueError:  # e.g. a 1-layer model without a conv: nothing to read but the embedding
+        except NothingToRead:  # a 1-layer model without a conv: nothing to read but the embedding
             verdict = None
     if verdict is not None:
         row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)

@@ -38,6 +38,10 @@ ROLES = ("key", "value", "query")
 FORMED = 0.5  # a conv-window cell restoring at least this much is where the association is formed
 
 
+class NothingToRead(ValueError):
+    """The model has no site between the embedding and the answer that the verdict could read."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     label: str  # one of LABELS
@@ -70,7 +74,7 @@ def read_point(df: pd.DataFrame, high: float = HIGH) -> tuple[str, int]:
     if n_layers == 1:
         if (df["site"] == "conv_out").any():
             return "conv_out", 0
-        raise ValueError("a 1-layer model without a short conv has no site between the embedding and the answer to read")
+        raise NothingToRead("a 1-layer model without a short conv has no site between the embedding and the answer to read")
     query = df[(df["site"] == "resid_pre") & (df["position"] == "query")].set_index("layer")["attrib"]
     below = [i for i in range(1, n_layers) if i in query.index and query[i] < high]
     return "resid_pre", max(below, default=1)
