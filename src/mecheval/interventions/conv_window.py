@@ -61,6 +61,14 @@ def conv_window(
     return out
 
 
+def best_cell(window: pd.DataFrame, layer: int | None = None) -> pd.Series | None:
+    """The single-offset `conv_out` cell (sufficiency) restoring most, in `layer` or in any; None if none."""
+    cells = window[(window["site"] == "conv_out") & (window["direction"] == "sufficiency") & ~window["joint"]]
+    if layer is not None:
+        cells = cells[cells["layer"] == layer]
+    return None if cells.empty else cells.loc[cells["attrib"].idxmax()]
+
+
 @contextlib.contextmanager
 def taps_zeroed(convs: dict[int, ShortConv], lags: list[int]) -> Iterator[None]:
     """Within the block, every conv in `convs` has its taps of the given lags (≥ 1) set to zero."""

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from mecheval.interventions.conv_window import best_cell
+
 LABELS = ("induction", "direct retrieval", "mixed", "not learned")
 HIGH, LOW = 0.8, 0.2  # default attribution thresholds: "high" at or above HIGH, "low" below LOW
 ROLES = ("key", "value", "query")
@@ -148,14 +150,8 @@ def formed_at(conv_window: pd.DataFrame | None, layer: int) -> pd.Series | None:
     """The single-offset `conv_out` cell of `layer` restoring most (sufficiency), if it restores >= FORMED."""
     if conv_window is None or conv_window.empty:
         return None
-    cells = conv_window[
-        (conv_window["layer"] == layer) & (conv_window["site"] == "conv_out")
-        & (conv_window["direction"] == "sufficiency") & ~conv_window["joint"]
-    ]
-    if cells.empty:
-        return None
-    best = cells.loc[cells["attrib"].idxmax()]
-    return best if best["attrib"] >= FORMED else None
+    best = best_cell(conv_window, layer)
+    return best if best is not None and best["attrib"] >= FORMED else None
 
 
 def _conv_detail(conv_window: pd.DataFrame | None, layer: int, lead: str) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
 from pathlib import Path
 
 import pandas as pd
 
+from mecheval.interventions.conv_window import best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.interventions.verdict import FORMED, HIGH, LOW
 
@@ -94,11 +94,10 @@ def conv_evidence(run_dir: str) -> dict | None:
     window, ablation = Path(run_dir) / "conv_window.parquet", Path(run_dir) / "conv_ablation.parquet"
     if not window.exists() or not ablation.exists():
         return None
-    w, ab = pd.read_parquet(window), pd.read_parquet(ablation).set_index(["layers", "lags"])
-    cells = w[(w["site"] == "conv_out") & (w["direction"] == "sufficiency") & ~w["joint"]]
-    if cells.empty:
+    best = best_cell(pd.read_parquet(window))
+    if best is None:
         return None
-    best = cells.loc[cells["attrib"].idxmax()]
+    ab = pd.read_parquet(ablation).set_index(["layers", "lags"])
     layer = int(best["layer"])
     cut, base = ab.loc[(str(layer), ">=1")], ab.loc[("none", "none")]
     return {"layer": layer, "offset": int(best["offset"]), "attrib": float(best["attrib"]),
