@@ -25,7 +25,7 @@ from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_pro
 from mecheval.interventions.verdict import NothingToRead, Verdict, mechanism
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")
-PROFILE_SITES = ("resid_pre", "layers.*.resid_post")  # the layer profile: every block's input and output  # files every finished run directory holds
+  # files every finished run directory holds
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -62,8 +62,8 @@ def intervene_run(
     """Runs the interchange experiments of one run and writes its outputs -> (the table, the verdict or None).
 
     Every table is split by the receptive-field artefact (`artefact.subsets`: column `subset`, the
-    verdict reads `outside`). The layer profile (`resid_pre` and `resid_post` of every layer) is
-    always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
+    verdict reads `outside`). The layer profile (`resid_pre` of every layer and `resid_post` of the
+    last) is always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
     on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out`
     without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet).
     Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance).
@@ -75,7 +75,8 @@ def intervene_run(
         raise ValueError(f"unknown analyses {unknown}; known: {list(ANALYSES)}")
     run_dir = Path(run_dir)
     lm, task, _ = load_run(run_dir)
-    sites = list(dict.fromkeys([*sites, *PROFILE_SITES]))
+    # the layer profile: every block's input, and the last block's output (block i's output is i + 1's input)
+    sites = list(dict.fromkeys([*sites, "resid_pre", f"layers.{len(lm.layers) - 1}.resid_post"]))
     if skip_missing_sites:
         sites = present_sites(list(lm.sites()), sites)
     batch = task.sample(n, seed=seed, split=split)
