@@ -19,8 +19,8 @@ from scipy import stats
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.html import render_html
-from mecheval.study.findings import FINDINGS, conv_evidence
-from mecheval.study.results import study_table
+from mecheval.report.findings import FINDINGS, conv_evidence
+from mecheval.report.results import study_table
 from mecheval.sweeps.runner import RUNS
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings

@@ -59,7 +59,7 @@ class Study:
     sites: tuple[str, ...] = ("resid_pre",)
     min_effect: float = 0.01  # the published filter: 0.01 on AR, 0.1 on ATR
     analyses: tuple[str, ...] = ()  # extra readouts of `intervene_run` (e.g. "conv-window")
-    findings: tuple[str, ...] = ()  # ids of `mecheval.study.findings.FINDINGS` checked in the report
+    findings: tuple[str, ...] = ()  # ids of `mecheval.report.findings.FINDINGS` checked in the report
     cpu_measured: str = "not timed yet"  # how long the cpu scale took here, and on what
 
     def sweep(

@@ -4,7 +4,7 @@ it, `not run` without the architectures it names."""
 import pandas as pd
 import pytest
 
-from mecheval.study.findings import FINDINGS
+from mecheval.report.findings import FINDINGS
 
 
 def runs(*rows) -> pd.DataFrame:
