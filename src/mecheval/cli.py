@@ -8,6 +8,16 @@ import typer
 
 from mecheval.commands.errors import DEBUG, guard_all
 
+_option_type = typer.core.TyperOption.display_type_rich
+
+
+def _flag_type(self, ctx):
+    """Help shows no type after a flag (`--quiet`, not `--quiet <bool>`), as ordinary CLIs do."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_type
+
 app = typer.Typer(
     name="mecheval",
     help="Mechanistic evaluation of sequence-model architectures.",

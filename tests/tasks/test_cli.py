@@ -74,3 +74,11 @@ def test_errors_name_the_problem(args, message):
 
 def test_param_values_are_typed():
     assert parse_value("8") == 8 and parse_value("0.2") == 0.2 and parse_value("easy") == "easy"
+
+
+@pytest.mark.parametrize("command", [[], ["study"], ["train"], ["intervene"], ["report"]])
+def test_help_reads_like_an_ordinary_cli(command):
+    """Flags show no `<bool>` type in --help; options that take a value keep theirs."""
+    out = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "120"}).output
+    assert "--help" in out
+    assert "<bool>" not in out
