@@ -68,3 +68,32 @@ def test_accuracy_bars_and_scatter_carry_their_intervals():
     xs, ys = (seg.get_segments()[0] for seg in bars.lines[2])
     np.testing.assert_allclose([xs[0][0], xs[1][0], ys[0][1], ys[1][1]], [-0.02, 0.03, 0.9, 1.05])
     plt.close("all")
+
+
+def test_boxes_only_where_an_architecture_has_three_runs_points_for_every_run():
+    df = frame([("attention", 0.0, 1.0, 0.0, "induction")] * 3 + [("mamba", 0.4, 0.0, 0.5, "direct retrieval")] * 2)
+    fig = boxes_figure(df)
+    ax = fig.axes[1]
+    boxes = [line for line in ax.lines if line.get_label().startswith("_") and len(line.get_xdata()) == 5]
+    assert len(boxes) == 1  # attention's box; mamba's two runs stay points
+    assert sum(len(c.get_offsets()) for c in ax.collections) == 5
+    plt.close(fig)
+
+
+def test_an_architecture_keeps_its_colour_in_every_figure_and_legends_sit_outside_the_axes():
+    from matplotlib.colors import to_hex
+
+    from mecheval.report.figures import accuracy_figure, colours
+
+    palette = colours(["mamba (d_conv 0)", "attention", "mamba"])
+    assert len(set(palette.values())) == 3
+    best = pd.DataFrame({"arch": ["attention", "mamba"], "model.d_model": [64, 64], "acc": [0.9, 0.5],
+                         "published_acc": [1.0, 0.8]})
+    ax = accuracy_figure(best, palette).axes[0]
+    assert [to_hex(b.get_facecolor()) for b in ax.patches] == [palette["attention"].lower(), palette["mamba"].lower()]
+    ax2 = scatter_figure(frame([("mamba", 0.4, 0.0, 0.5, "direct retrieval")]), palette).axes[0]
+    assert to_hex(ax2.collections[0].get_facecolors()[0]) == palette["mamba"].lower()
+    for a in (ax, ax2):
+        box = a.get_legend().get_bbox_to_anchor().transformed(a.transAxes.inverted())
+        assert box.x0 >= 1.0  # anchored right of the axes, never on the bars or points
+    plt.close("all")

@@ -1,9 +1,11 @@
-"""`build_report(study_dir)`: report.md, a self-contained report.html and figures/ from a study's runs.
+"""`build_report(study_dir)`: report.md, a self-contained report.html, summary.csv and figures/ from a
+study's runs.
 
-Sections: the published findings checked; accuracy (best learning rate per architecture and width,
-the published figure beside ours); the mechanism verdicts beside the published ones; seeds (mean and
-spread where several ran); figures (accuracy, attribution scatter and boxes, heatmaps of the best run
-per architecture and site, as `mecheval intervene` drew them).
+Sections: the summary (a paragraph and a small table, `overview`); how to read an intervention (three
+sentences and an annotated heatmap); the published findings checked; accuracy and mechanism per
+architecture (human column names, every number with its interval, the full table one click away);
+the conv-reach artefact; where a short conv binds key and value; seeds; every run; figures, each with a
+caption saying what is patched and how to read it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.html import render_html
 from mecheval.report.findings import FINDINGS, conv_evidence
+from mecheval.report.overview import GRAMMAR, overview_table, overview_text
 from mecheval.report.results import study_table
 from mecheval.sweeps.runner import RUNS
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
-HEATMAPS = "interventions/key_*.png"  # drawn by `mecheval intervene`: corrupt key, one per site
+HEATMAPS = "key_*.png"  # in each run's interventions/, drawn by `mecheval intervene`: corrupt key, one per site
 RESID_HEATMAP = "key_resid_pre.png"
 
 
@@ -33,6 +36,54 @@ class Report:
     markdown: Path
     html: Path
     summary: pd.DataFrame  # one row per (architecture, width): what the terminal shows
+    overview: str = ""  # the summary paragraph, the same in the HTML, report.md and the terminal
+
+
+@dataclass
+class Section:
+    head: str
+    note: str
+    table: pd.DataFrame  # for people: human column names, numbers with their intervals
+    raw: pd.DataFrame | None = None  # every column, one click away in the HTML
+
+
+HOW_TO_READ = (
+    "Each example is run twice: clean, and with the queried key replaced by another key (corrupted), which "
+    "moves the model's probability away from the right answer. We then run the corrupted input again with "
+    "one activation copied from the clean run, at one layer and one role's position (key, value, query), "
+    "and report the share of the lost probability that comes back (attrib: 0 nothing, 1 all). "
+    "A high share at the value means the association was stored there before the query arrived "
+    "(induction); at the query or the key with nothing at the value, the model retrieves the answer "
+    "directly (direct retrieval)."
+)
+
+HUMAN = {  # column -> header for people
+    "arch": "architecture", GRAMMAR: "grammar", "model.d_model": "width", "optim.lr": "learning rate",
+    "seeds": "seeds", "acc": "test accuracy", "acc_heldout": "held-out accuracy",
+    "acc_outside": "accuracy outside conv reach [95% CI]", "published_acc": "published accuracy",
+    "verdict": "mechanism", "verdicts": "mechanism per seed", "published_verdict": "published mechanism",
+    "agree": "agrees", "attrib@key": "@key [95% CI]", "attrib@value": "@value [95% CI]",
+    "attrib@query": "@query [95% CI]",
+}
+
+CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
+    "accuracy": "Accuracy per architecture at its best learning rate, on the examples outside the conv reach "
+                "where the runs were intervened on (bars, with 95% intervals over seeds, or Wilson for one run); "
+                "black ticks: the published accuracy for the published task and size.",
+    "attribution_scatter": "One point per run. Key corrupted; the clean residual stream patched in at the read "
+                           "point, at the value (y) or at the query (x). Top left: induction; bottom right: direct "
+                           "retrieval. Bars: 95% bootstrap intervals; hollow: the run did not learn the task.",
+    "attribution_boxes": "The same attributions at the key, the value and the query, per architecture, one point "
+                         "per run that learned the task (a box where there are at least 3).",
+    "profile": "{arch}, layer profile: the share of p(answer) restored by the clean residual at each role, at "
+               "every block boundary (key corrupted; band: 95% interval). Where a line rises is the layer that "
+               "moves the key's information there.",
+    "conv_window": "{arch}, where its short conv binds key and value: the clean (sufficiency) or corrupted "
+                   "(necessity) conv input or output patched in at key + o, in each layer. A cell near 1 is "
+                   "where the association is formed.",
+    "heatmap": "{arch}: key corrupted; clean {site} patched in at each (layer, role). Colour: share of "
+               "p(answer) restored (0 nothing, 1 all).",
+}
 
 
 def _agree(ours, theirs) -> str:
@@ -48,7 +99,6 @@ def _mode(values: pd.Series):
     return None if counts.empty else sorted(counts[counts == counts.max()].index)[0]
 
 
-GRAMMAR = "task.params.grammar"
 MEANS = ("acc", "acc_heldout", "acc_outside", "attrib@key", "attrib@value", "attrib@query", "effect")
 INTERVALS = ("acc_outside", "attrib@key", "attrib@value", "attrib@query")  # shown with a 95% interval
 
@@ -131,21 +181,42 @@ def readable(summary: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def for_people(summary: pd.DataFrame) -> pd.DataFrame:
+    """`readable(summary)` with human headers (HUMAN), without the columns kept for the full table
+    (the detail, which the summary shows, and the raw effect size); `mechanism per seed` only where
+    several seeds ran."""
+    out = readable(summary)
+    drop = ["detail", "effect"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
+    out = out.drop(columns=[c for c in drop if c in out])
+    out["optim.lr"] = [f"{v:g}" for v in out["optim.lr"]]
+    for c in ("acc", "acc_heldout", "published_acc"):
+        if c in out:
+            out[c] = ["–" if v != v else f"{v:.2f}" for v in out[c].astype(float)]
+    return out.rename(columns=HUMAN)
+
+
 def accuracy_bars(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary with one bar label per row: `arch · grammar` where the study ran several grammars."""
     return summary.assign(arch=summary["arch"] + " · " + summary[GRAMMAR]) if GRAMMAR in summary else summary
 
 
 def seeds_table(df: pd.DataFrame) -> pd.DataFrame | None:
-    """Mean and spread of accuracy and attrib@value over seeds per (arch, width, lr); None for one seed."""
+    """Per (arch, width, lr): accuracy over seeds (mean, sd, min, max) and attrib@value over the seeds
+    that learned the task (blank where none did); None for one seed."""
     if df["seed"].nunique() < 2:
         return None
-    g = df.groupby(["arch", "model.d_model", "optim.lr"])
+    g = df.groupby(["arch", "model.d_model", "optim.lr"], sort=False)
     out = g.agg(seeds=("seed", "nunique"), acc_mean=("acc", "mean"), acc_std=("acc", "std"),
                 acc_min=("acc", "min"), acc_max=("acc", "max"))
-    if df["attrib@value"].notna().any():
-        out = out.join(g["attrib@value"].agg(value_mean="mean", value_std="std"))
-    return out.reset_index()
+    learned = df[df["verdict"].notna() & (df["verdict"] != "not learned")]
+    if not learned.empty:
+        value = learned.groupby(["arch", "model.d_model", "optim.lr"], sort=False)["attrib@value"]
+        out = out.join(value.agg(value_mean="mean", value_std="std", learned="count"))
+    out = out.reset_index()
+    out["optim.lr"] = [f"{v:g}" for v in out["optim.lr"]]
+    return out.rename(columns={**HUMAN, "acc_mean": "accuracy mean", "acc_std": "sd", "acc_min": "min",
+                               "acc_max": "max", "value_mean": "@value mean (learned seeds)", "value_std": "@value sd",
+                               "learned": "learned seeds"})
 
 
 def artefact_table(best: pd.DataFrame) -> pd.DataFrame:
@@ -185,6 +256,56 @@ def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(lambda v: f"{v:.3g}" if isinstance(v, float) and v == v else ("" if v is None or v != v else v))
 
 
+def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.DataFrame) -> dict[str, tuple[bytes, str]]:
+    """name -> (PNG, caption): the study's figures, then per architecture (its most accurate best-lr run)
+    the layer profile, the conv window and the heatmaps `mecheval intervene` drew."""
+    palette = figures.colours(list(dict.fromkeys(summary["arch"])))
+    out = {"accuracy": (figures.to_png(figures.accuracy_figure(accuracy_bars(summary), palette)), CAPTIONS["accuracy"])}
+    if summary["attrib@value"].notna().any():
+        with_verdict = df[df["verdict"].notna()]
+        out["attribution_scatter"] = (figures.to_png(figures.scatter_figure(with_verdict, palette)),
+                                      CAPTIONS["attribution_scatter"])
+        if (with_verdict["verdict"] != "not learned").any():
+            out["attribution_boxes"] = (figures.to_png(figures.boxes_figure(with_verdict, palette)),
+                                        CAPTIONS["attribution_boxes"])
+    for _, row in best.sort_values("acc", ascending=False).drop_duplicates("arch").iterrows():
+        shown = study_dir / RUNS / row["name"] / "interventions"
+        for kind, file in (("profile", "key_profile.png"), ("conv_window", "conv_window.png")):
+            if (shown / file).exists():
+                out[f"{kind} {row['arch']}"] = ((shown / file).read_bytes(), CAPTIONS[kind].format(arch=row["arch"]))
+        # the residual stream first, then the sites inside the mixers (conv_out, core_out, ...)
+        paths = sorted((p for p in shown.glob(HEATMAPS) if p.stem != "key_profile"),
+                       key=lambda p: (p.name != RESID_HEATMAP, p.name))
+        for path in paths:
+            site = path.stem.removeprefix("key_")
+            name = f"heatmap {row['arch']}" + ("" if path.name == RESID_HEATMAP else f" {site}")
+            out[name] = (path.read_bytes(), CAPTIONS["heatmap"].format(arch=row["arch"], site=site))
+    return out
+
+
+def _example(study_dir: Path, best: pd.DataFrame) -> tuple[bytes, str] | None:
+    """The annotated heatmap of "how to read this": the most accurate learned run with interventions."""
+    learned = best[best["verdict"].notna() & (best["verdict"] != "not learned")]
+    for _, row in learned.sort_values("acc", ascending=False).iterrows():
+        path = study_dir / RUNS / row["name"] / "interventions.parquet"
+        if path.exists():
+            fig = figures.howto_figure(pd.read_parquet(path), row["arch"])
+            return figures.to_png(fig), (f"{row['arch']} (seed {row['seed']}): every cell is one patch; the red row "
+                                         "is the block input the verdict reads, and its brightest cell decides it.")
+    return None
+
+
+def _formed(best: pd.DataFrame) -> dict[str, dict]:
+    """arch -> conv_evidence of its most accurate best-lr run, where the conv-window analysis ran."""
+    out = {}
+    for _, r in best.sort_values("acc", ascending=False).iterrows():
+        if r["arch"] not in out and isinstance(r.get("run_dir"), str):
+            e = conv_evidence(r["run_dir"])
+            if e is not None:
+                out[r["arch"]] = e
+    return out
+
+
 def build_report(study_dir: str | Path) -> Report:
     study_dir = Path(study_dir)
     meta_path = study_dir / STUDY_JSON
@@ -193,70 +314,67 @@ def build_report(study_dir: str | Path) -> Report:
     summary = summarise(df)
     best = df[df["best_lr"]]
     findings = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in meta.get("findings", [])]
+    formed_by_arch = _formed(best)
+    overview = overview_text(summary, formed_by_arch, [(c, o.status) for c, o in findings])
+    glance = overview_table(summary, formed_by_arch)
+    summary.to_csv(study_dir / "summary.csv", index=False)
     seeds = seeds_table(df)
 
     fig_dir = study_dir / "figures"
     fig_dir.mkdir(exist_ok=True)
-    pngs: dict[str, bytes] = {"accuracy": figures.to_png(figures.accuracy_figure(accuracy_bars(summary)))}
-    if summary["attrib@value"].notna().any():
-        with_verdict = df[df["verdict"].notna()]
-        pngs["attribution_scatter"] = figures.to_png(figures.scatter_figure(with_verdict))
-        if (with_verdict["verdict"] != "not learned").any():
-            pngs["attribution_boxes"] = figures.to_png(figures.boxes_figure(with_verdict))
-    best_runs = best.sort_values("acc", ascending=False).drop_duplicates("arch")
-    for _, row in best_runs.iterrows():
-        run_dir = study_dir / RUNS / row["name"]
-        for extra in ("key_profile", "conv_window"):  # the layer profile, and where a short conv binds
-            if (run_dir / "interventions" / f"{extra}.png").exists():
-                pngs[f"{extra.removeprefix('key_')} {row['arch']}"] = (run_dir / "interventions" / f"{extra}.png").read_bytes()
-        # the residual stream first, then the sites inside the mixers (conv_out, core_out, ...)
-        paths = sorted((p for p in run_dir.glob(HEATMAPS) if p.stem != "key_profile"),
-                       key=lambda p: (p.name != RESID_HEATMAP, p.name))
-        for path in paths:
-            site = path.stem.removeprefix("key_")
-            pngs[f"heatmap {row['arch']}" + ("" if path.name == RESID_HEATMAP else f" {site}")] = path.read_bytes()
+    pngs = _figures(study_dir, df, summary, best)
+    example = _example(study_dir, best)
     files = {}
-    for name, data in pngs.items():
+    for name, (data, _) in pngs.items():
         files[name] = fig_dir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
         files[name].write_bytes(data)
+    if example is not None:
+        (fig_dir / "how_to_read.png").write_bytes(example[0])
 
     findings_df = pd.DataFrame([{"finding": c, "status": o.status, "evidence": o.evidence} for c, o in findings])
     title = f"mecheval study: {meta.get('preset', study_dir.name)}" + (f" ({meta['scale']} scale)" if "scale" in meta else "")
     sections = [
-        ("Findings", findings_df, "The published findings this study tests, checked on the best-learning-rate runs "
-         "(every seed), on the examples outside the conv reach."),
-        ("Accuracy and mechanism", readable(summary), "Best learning rate per architecture and width (final step). "
-         "`acc` is the final test accuracy; `acc_outside` the accuracy on the intervention examples whose queried "
-         "pair lies outside the query's reach through short convs (the artefact control), with a 95% interval "
-         "(over seeds where several ran, else Wilson). Verdict, detail and attributions (corrupt the key, patch the "
-         "clean residual at the read point, 95% interval) are read on those examples. Published figures are for "
-         "the published task and sizes."),
-        ("Accuracy and the conv-reach artefact", artefact_table(best), "Accuracy of each best-lr run on all "
-         "intervention examples, on those outside the query's reach through short convs, and inside it (AR: the "
-         "queried pair among the last ones), with Wilson 95% intervals and example counts."),
+        Section("Findings", "The published findings this study tests, checked on the best-learning-rate runs "
+                "(every seed), on the examples outside the conv reach.", findings_df),
+        Section("Accuracy and mechanism", "Best learning rate per architecture and width (final step). Test "
+                "accuracy is the final evaluation; accuracy outside the conv reach is on the intervention examples "
+                "whose queried pair the answer cannot reach through short convs alone (the artefact control), with "
+                "a 95% interval (over seeds where several ran, else Wilson). Mechanism and attributions (key "
+                "corrupted, clean residual patched in at the read point, 95% interval) are read on those examples; "
+                "– where a run did not learn the task. Published figures are for the published task and sizes.",
+                for_people(summary), _fmt(summary)),
+        Section("Accuracy and the conv-reach artefact", "Accuracy of each best-lr run on all intervention "
+                "examples, on those outside the query's reach through short convs, and inside it (AR: the queried "
+                "pair among the last ones), with Wilson 95% intervals and example counts.", artefact_table(best)),
     ]
     formed = formation_table(best)
     if not formed.empty:
-        sections.append(("Where the association is formed", formed, "Runs with a short conv: the conv output cell "
-                         "(layer, offset from the queried key) whose clean value restores most of the answer "
-                         "(sufficiency, 95% bootstrap interval), and the accuracy with that layer's conv taps of "
-                         "lag >= 1 zeroed (every position then sees only itself)."))
+        sections.append(Section("Where the association is formed", "Runs with a short conv: the conv output cell "
+                                "(layer, offset from the queried key) whose clean value restores most of the answer "
+                                "(sufficiency, 95% bootstrap interval), and the accuracy with that layer's conv taps "
+                                "of lag >= 1 zeroed (every position then sees only itself).", formed))
     if seeds is not None:
-        sections.append(("Seeds", seeds, "Mean and spread over seeds."))
-    runs_cols = ["name", "arch", "model.d_model", "optim.lr", "seed", "status", "acc", "acc_heldout", "verdict",
-                 "summary.wall_time_s"]
-    sections.append(("All runs", df[[c for c in runs_cols if c in df]], ""))
+        sections.append(Section("Seeds", "Accuracy over seeds, and attrib@value over the seeds that learned the task.",
+                                _fmt(seeds)))
+    runs_cols = ["name", "arch", "model.d_model", "optim.lr", "seed", "status", "acc", "acc_heldout", "verdict"]
+    sections.append(Section("All runs", "One row per run; every config field and metric is in runs.parquet and "
+                            "the full summary in summary.csv.", _fmt(df[[c for c in runs_cols if c in df]]).rename(columns=HUMAN)))
 
     md = [f"# {title}", "", meta.get("description", ""), ""]
     if meta.get("wall_time_s"):
         md += [f"Wall time: {meta['wall_time_s'] / 60:.1f} min ({meta.get('cpu_drops', '')}).", ""]
-    for head, table, note in sections:
-        md += [f"## {head}", "", note, "", _fmt(table).to_markdown(index=False) if len(table) else "(none)", ""]
-    md += ["## Figures", ""] + [f"![{n}](figures/{p.name})" for n, p in files.items()]
+    md += ["## Summary", "", overview, "", glance.to_markdown(index=False), "", "## How to read this", "", HOW_TO_READ, ""]
+    if example is not None:
+        md += ["![how to read](figures/how_to_read.png)", "", example[1], ""]
+    for sec in sections:
+        md += [f"## {sec.head}", "", sec.note, "", _fmt(sec.table).to_markdown(index=False) if len(sec.table) else "(none)", ""]
+    md += ["## Figures", ""] + [f"![{n}](figures/{p.name})\n\n{pngs[n][1]}\n" for n, p in files.items()]
     markdown = study_dir / "report.md"
     markdown.write_text("\n".join(md) + "\n")
 
-    images = {n: base64.b64encode(d).decode() for n, d in pngs.items()}
+    images = {n: (base64.b64encode(d).decode(), c) for n, (d, c) in pngs.items()}
+    example_b64 = None if example is None else (base64.b64encode(example[0]).decode(), example[1])
     html = study_dir / "report.html"
-    html.write_text(render_html(title, meta, [(h, _fmt(t), n) for h, t, n in sections], images))
-    return Report(markdown, html, summary)
+    html.write_text(render_html(title, meta, overview, glance, HOW_TO_READ, example_b64,
+                                [Section(x.head, x.note, _fmt(x.table), x.raw) for x in sections], images))
+    return Report(markdown, html, summary, overview)

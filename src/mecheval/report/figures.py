@@ -1,4 +1,6 @@
-"""The report's figures (matplotlib, headless): accuracy, the attribution scatter, attribution boxes."""
+"""The report's figures (matplotlib, headless): accuracy, the attribution scatter, attributions per run,
+and the annotated example heatmap of "how to read this". Every figure colours an architecture the same
+way (`colours`, the colour-blind-safe Okabe–Ito palette) and keeps its legend off the data."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from mecheval.interventions.verdict import HIGH, LOW  # noqa: E402
+from mecheval.interventions.plots import attrib_grid  # noqa: E402
+from mecheval.interventions.verdict import HIGH, LOW, read_point  # noqa: E402
 
 POSITIONS = ("key", "value", "query")
 
@@ -23,12 +26,20 @@ def to_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def colours(archs: list[str]) -> dict[str, tuple]:
-    cmap = plt.get_cmap("tab10")
-    return {a: cmap(i % 10) for i, a in enumerate(archs)}
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+MIN_BOX = 3  # runs per architecture below which its attributions are drawn as points, not a box
 
 
-def accuracy_figure(best: pd.DataFrame) -> Figure:
+def colours(archs: list[str]) -> dict[str, str]:
+    """One colour per architecture, in the order given (the report's summary order), for every figure."""
+    return {a: OKABE_ITO[i % len(OKABE_ITO)] for i, a in enumerate(archs)}
+
+
+def _legend_outside(ax, **kw) -> None:
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kw)
+
+
+def accuracy_figure(best: pd.DataFrame, palette: dict[str, str] | None = None) -> Figure:
     """Accuracy of the best-lr run per (architecture, width): bars with their 95% interval, the
     published value as a tick. The bars read `acc_outside` (the artefact control) where the runs were
     intervened on, else the final test accuracy `acc`.
@@ -39,6 +50,7 @@ def accuracy_figure(best: pd.DataFrame) -> Figure:
     col = "acc_outside" if "acc_outside" in best and best["acc_outside"].notna().any() else "acc"
     widths = sorted(best["model.d_model"].unique())
     archs = list(dict.fromkeys(best["arch"]))
+    palette = palette or colours(archs)
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(archs) * len(widths)), 3.6))
     bar = 0.8 / len(widths)
     for j, w in enumerate(widths):
@@ -49,14 +61,15 @@ def accuracy_figure(best: pd.DataFrame) -> Figure:
         if f"{col}_lo" in rows:
             err = [[max(y - rows[f"{col}_lo"].get(a, y), 0) for a, y in zip(archs, ys)],
                    [max(rows[f"{col}_hi"].get(a, y) - y, 0) for a, y in zip(archs, ys)]]
-        ax.bar(xs, ys, width=bar * 0.9, label=f"d={w}", yerr=err, capsize=3)
+        ax.bar(xs, ys, width=bar * 0.9, yerr=err, capsize=3, color=[palette.get(a, "grey") for a in archs],
+               alpha=1.0 - 0.5 * j / max(len(widths) - 1, 1), label=f"d={w}" if len(widths) > 1 else None)
         ax.scatter(xs, [rows["published_acc"].get(a, float("nan")) for a in archs], marker="_", s=300,
                    color="black", zorder=3, label="published" if j == 0 else None)
     ax.set_xticks(range(len(archs)), archs, rotation=20, ha="right")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("accuracy outside the conv reach" if col == "acc_outside" else "test accuracy")
-    ax.legend(fontsize=8, ncols=min(6, len(widths) + 1))
-    ax.set_title("Accuracy at the best learning rate (bars: ours; ticks: published)")
+    _legend_outside(ax)
+    ax.set_title("Accuracy at the best learning rate (bars: ours with 95% interval; ticks: published)", fontsize=9)
     return fig
 
 
@@ -67,7 +80,7 @@ def _learned(df: pd.DataFrame) -> pd.Series:
     return df["verdict"] != "not learned"
 
 
-def scatter_figure(df: pd.DataFrame) -> Figure:
+def scatter_figure(df: pd.DataFrame, palette: dict[str, str] | None = None) -> Figure:
     """attrib@value vs attrib@query, one point per run with interventions, coloured by architecture.
 
     Runs that did not learn the task are hollow; a run outside ATTRIB_FRAME (tiny effects make the
@@ -75,7 +88,7 @@ def scatter_figure(df: pd.DataFrame) -> Figure:
     """
     rows = df.dropna(subset=["attrib@value", "attrib@query"])
     archs = list(dict.fromkeys(rows["arch"]))
-    col = colours(archs)
+    col = palette or colours(archs)
     fig, ax = plt.subplots(figsize=(5, 4.2))
     for a in archs:
         r = rows[rows["arch"] == a]
@@ -96,23 +109,62 @@ def scatter_figure(df: pd.DataFrame) -> Figure:
     ax.set_ylabel("attrib @ value (induction)")
     ax.set_xlim(*ATTRIB_FRAME)
     ax.set_ylim(*ATTRIB_FRAME)
-    ax.legend(fontsize=8, loc="center right")
-    ax.set_title("Where the association is stored (corrupt key, residual into the last layer;\n"
+    _legend_outside(ax)
+    ax.set_title("Where the association is stored (key corrupted, clean residual at the read point;\n"
                  "hollow: not learned, drawn at the edge when outside the frame)", fontsize=8)
     return fig
 
 
-def boxes_figure(df: pd.DataFrame) -> Figure:
-    """Box plots per architecture of attrib@key / @value / @query over its runs that learned the task."""
+def boxes_figure(df: pd.DataFrame, palette: dict[str, str] | None = None) -> Figure:
+    """attrib@key / @value / @query per architecture over its runs that learned the task: a box where it
+    has at least MIN_BOX runs, its runs as points otherwise (a box over one run is a flat line)."""
     rows = df.dropna(subset=["attrib@value"])
     rows = rows[_learned(rows)]
     archs = list(dict.fromkeys(rows["arch"]))
+    palette = palette or colours(archs)
     fig, axes = plt.subplots(1, len(POSITIONS), figsize=(3.2 * len(POSITIONS), 3.4), sharey=True)
     for ax, pos in zip(axes, POSITIONS):
-        data = [rows.loc[rows["arch"] == a, f"attrib@{pos}"].astype(float).tolist() for a in archs]
-        ax.boxplot(data, tick_labels=archs)
-        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        for i, a in enumerate(archs):
+            values = rows.loc[rows["arch"] == a, f"attrib@{pos}"].astype(float).tolist()
+            if len(values) >= MIN_BOX:
+                ax.boxplot([values], positions=[i], widths=0.6, medianprops={"color": palette[a]})
+            ax.scatter([i + 0.08 * (k - (len(values) - 1) / 2) for k in range(len(values))], values, s=18,
+                       color=palette[a], edgecolor="black", linewidth=0.4, zorder=3)
+        ax.set_xticks(range(len(archs)), archs, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"attrib @ {pos}")
         ax.axhline(0, color="grey", lw=0.5)
-    axes[0].set_ylabel("attribution")
+    axes[0].set_ylabel("attribution (one point per run)")
+    return fig
+
+
+def howto_figure(interventions: pd.DataFrame, arch: str) -> Figure:
+    """The annotated example heatmap of "how to read this": one run's attributions (key corrupted, clean
+    residual patched in at each role and block input, examples outside the conv reach), with the row the
+    verdict reads outlined and its highest cell explained.
+
+    interventions: one run's interventions.parquet (columns corrupt, direction, site, layer, position,
+    attrib[, subset]).
+    """
+    rows = interventions[(interventions["corrupt"] == "key") & (interventions["direction"] == "sufficiency")]
+    if "subset" in rows:
+        rows = rows[rows["subset"] == ("outside" if (rows["subset"] == "outside").any() else "all")]
+    site, layer = read_point(rows)
+    grid = attrib_grid(rows, site)
+    fig, ax = plt.subplots(figsize=(6.4, 1.4 + 0.55 * grid.shape[0]), layout="constrained")
+    im = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(grid.shape[1]), grid.columns)
+    ax.set_yticks(range(grid.shape[0]), [f"input of layer {i}" for i in grid.index])
+    for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
+        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="w" if v < 0.5 else "k")
+    row = list(grid.index).index(layer)
+    ax.add_patch(plt.Rectangle((-0.5, row - 0.5), grid.shape[1], 1, fill=False, edgecolor="red", lw=2))
+    best = grid.loc[layer].astype(float).idxmax()
+    reading = {"value": "induction: the association is stored at the value",
+               "query": "direct retrieval: the answer is already at the query",
+               "key": "direct retrieval: the layer itself combines key and value"}.get(best, "")
+    ax.annotate(f"read here (red): @{best} = {grid.at[layer, best]:.2f}\n→ {reading}", fontsize=8,
+                xy=(list(grid.columns).index(best), row), xytext=(1.03, 0.5), textcoords="axes fraction",
+                arrowprops={"arrowstyle": "->", "color": "red"}, va="center")
+    fig.colorbar(im, ax=ax, label="share of p(answer) restored", location="left", pad=0.15)
+    ax.set_title(f"{arch}: key corrupted, clean residual patched in at one position", fontsize=9)
     return fig

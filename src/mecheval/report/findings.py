@@ -53,7 +53,9 @@ def _describe(row: pd.Series) -> str:
     acc, n = _accuracy(row)
     seed = f" seed {row['seed']}" if "seed" in row else ""
     parts = [f"{row['arch']} d={row['model.d_model']}{seed}: acc {acc:.2f} (n={n})"]
-    if isinstance(row.get("verdict"), str):
+    if row.get("verdict") == "not learned":  # attributions of a model that did not learn are noise
+        parts.append("not learned")
+    elif isinstance(row.get("verdict"), str):
         parts.append(f"{row['verdict']} (@value {row['attrib@value']:.2f}, @query {row['attrib@query']:.2f}, @key {row['attrib@key']:.2f})")
     return ", ".join(parts)
 

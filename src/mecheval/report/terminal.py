@@ -60,4 +60,6 @@ def print_summary(report: Report, console: Console | None = None) -> None:
     if not console.is_terminal:  # a pipe or a log: no width to fit, print the table whole
         console.width = max(console.width, 150)
     console.print(table)
+    if report.overview:  # the same paragraph as the report's summary
+        console.print(report.overview, soft_wrap=not console.is_terminal, highlight=False)
     console.print(f"report: {report.html}  {report.markdown}")

@@ -1,0 +1,111 @@
+"""The report's first glance, generated from the data: one paragraph and a small table.
+
+Per architecture (best learning rate, every seed): its accuracy with a 95% interval, the mechanism in
+words (the verdict, how many seeds gave it, the detail that decides it, and where a short conv binds key
+and value), the published mechanism and whether the two agree. The HTML, report.md and the terminal
+print the same text.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mecheval.interventions.verdict import FORMED
+
+GRAMMAR = "task.params.grammar"
+
+
+def _ci(m, lo, hi) -> str:
+    if m is None or m != m:
+        return "–"
+    return f"{m:.2f}" if lo is None or lo != lo else f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def _label(row: pd.Series, summary: pd.DataFrame) -> str:
+    """The architecture, with the width and grammar where the study has several."""
+    label = row["arch"]
+    if summary["model.d_model"].nunique() > 1:
+        label += f" d={row['model.d_model']}"
+    if GRAMMAR in summary and summary[GRAMMAR].nunique() > 1:
+        label += f" · {row[GRAMMAR]}"
+    return label
+
+
+def accuracy_words(row: pd.Series) -> str:
+    """`0.97 [0.94, 0.98], 3 seeds`: accuracy outside the conv reach where intervened on, else test accuracy."""
+    if "acc_outside" in row and row["acc_outside"] == row["acc_outside"] and row["acc_outside"] is not None:
+        text = _ci(row["acc_outside"], row.get("acc_outside_lo"), row.get("acc_outside_hi"))
+    else:
+        text = _ci(row["acc"], None, None)
+    if row.get("acc_heldout") is not None and row.get("acc_heldout") == row.get("acc_heldout"):
+        text += f", held-out {row['acc_heldout']:.2f}"
+    return text + (f", {int(row['seeds'])} seeds" if row["seeds"] > 1 else "")
+
+
+def verdict_words(row: pd.Series) -> str:
+    """`direct retrieval in 2 of 3 seeds (direct retrieval 2, mixed 1)`; the bare verdict for one seed."""
+    verdict = row["verdict"]
+    if not isinstance(verdict, str):
+        return "not intervened on"
+    counts = row.get("verdicts")
+    if row["seeds"] < 2 or not isinstance(counts, str):
+        return verdict
+    first = counts.split(",")[0]
+    k = int(first.rsplit(" ", 1)[1]) if first.startswith(verdict) else 0
+    return verdict + f" in {k} of {int(row['seeds'])} seeds" + ("" if k == row["seeds"] else f" ({counts})")
+
+
+def formed_words(row: pd.Series, formed: dict | None) -> str:
+    """`key and value meet in layer 1's short conv (...)` where the conv-window analysis found the cell."""
+    if formed is None or row["verdict"] in (None, "not learned") or formed["attrib"] < FORMED:
+        return ""
+    return (f"key and value meet in layer {formed['layer']}'s short conv (its output at key+{formed['offset']} "
+            f"restores {formed['attrib']:.2f}; without that layer's lagged taps accuracy {formed['acc']:.2f} → "
+            f"{formed['cut_acc']:.2f})")
+
+
+def mechanism_words(row: pd.Series, formed: dict | None) -> str:
+    """The verdict, in how many seeds, the detail that decides it, and the short conv that binds key and value."""
+    words = verdict_words(row)
+    if isinstance(row.get("detail"), str):
+        words += f": {row['detail']}"
+    where = formed_words(row, formed)
+    return words + (f"; {where}" if where else "")
+
+
+def overview_table(summary: pd.DataFrame, formed: dict[str, dict]) -> pd.DataFrame:
+    """One row per summary row: architecture, accuracy, mechanism (ours), published, agrees.
+
+    formed: arch -> `findings.conv_evidence` of its most accurate run (absent where none was analysed).
+    """
+    rows = []
+    for _, r in summary.iterrows():
+        pub = r["published_verdict"] if isinstance(r["published_verdict"], str) else "–"
+        if r["published_acc"] == r["published_acc"]:
+            pub += f" (accuracy {r['published_acc']:.2f})"
+        rows.append({"architecture": _label(r, summary), "accuracy [95% CI]": accuracy_words(r),
+                     "mechanism (ours)": mechanism_words(r, formed.get(r["arch"])), "published": pub,
+                     "agrees": r["agree"] or "–"})
+    return pd.DataFrame(rows)
+
+
+def overview_text(summary: pd.DataFrame, formed: dict[str, dict], findings: list[tuple[str, str]]) -> str:
+    """One paragraph: what each architecture does, how that compares with the publication, and the
+    published findings reproduced.
+
+    formed: as for `overview_table`; findings: (claim, status) per published finding checked.
+    """
+    seeds = sorted({int(s) for s in summary["seeds"]})
+    n_seeds = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
+    parts = [f"{len(summary)} architecture{'s' if len(summary) > 1 else ''} ({n_seeds} each, best learning rate)."]
+    for _, r in summary.iterrows():
+        agree = {"agree": ", as published", "disagree": f", published: {r['published_verdict']}"}.get(r["agree"], "")
+        where = formed_words(r, formed.get(r["arch"]))
+        parts.append(f"{_label(r, summary)}: {verdict_words(r)}{agree}; accuracy {accuracy_words(r)}"
+                     + (f"; {where}." if where else "."))
+    if findings:
+        done = [c for c, s in findings if s != "not run"]
+        missed = [c for c, s in findings if s == "not reproduced"]
+        parts.append(f"{len(done) - len(missed)} of {len(done)} published findings checked here reproduce"
+                     + (f"; not: {' '.join(missed)}" if missed else "."))
+    return " ".join(parts)

@@ -1,0 +1,45 @@
+"""The report's summary is generated from the data: verdicts with their seed counts, where a conv binds
+key and value, and how many published findings reproduce."""
+
+import pandas as pd
+
+from mecheval.report.overview import mechanism_words, overview_table, overview_text
+
+ROWS = [
+    {"arch": "attention", "model.d_model": 64, "seeds": 3, "acc": 0.98, "acc_outside": 0.98, "acc_outside_lo": 0.91,
+     "acc_outside_hi": 1.0, "verdict": "direct retrieval", "verdicts": "direct retrieval 2, induction 1",
+     "detail": "answer already at the query", "published_verdict": "induction", "published_acc": 1.0,
+     "agree": "disagree"},
+    {"arch": "mamba (d_conv 0)", "model.d_model": 64, "seeds": 3, "acc": 0.25, "acc_outside": 0.24,
+     "acc_outside_lo": 0.23, "acc_outside_hi": 0.25, "verdict": "not learned", "verdicts": "not learned 3",
+     "detail": "corrupting the key changes nothing", "published_verdict": None, "published_acc": float("nan"),
+     "agree": ""},
+]
+FORMED = {"attention": {"layer": 1, "offset": 3, "attrib": 0.6, "acc": 0.96, "cut_acc": 0.01},
+          "mamba (d_conv 0)": {"layer": 1, "offset": 3, "attrib": 0.9, "acc": 0.3, "cut_acc": 0.2}}
+
+
+def test_mechanism_words_count_seeds_and_name_the_conv():
+    row = pd.Series(ROWS[0])
+    words = mechanism_words(row, FORMED["attention"])
+    assert words.startswith("direct retrieval in 2 of 3 seeds (direct retrieval 2, induction 1): answer already")
+    assert "layer 1's short conv" in words and "key+3 restores 0.60" in words and "0.96 → 0.01" in words
+    assert "short conv" not in mechanism_words(row, {**FORMED["attention"], "attrib": 0.3})  # below FORMED
+
+
+def test_an_unlearned_model_gets_no_conv_reading_and_no_agreement():
+    table = overview_table(pd.DataFrame(ROWS), FORMED)
+    assert list(table.columns) == ["architecture", "accuracy [95% CI]", "mechanism (ours)", "published", "agrees"]
+    assert table.loc[1, "mechanism (ours)"] == "not learned in 3 of 3 seeds: corrupting the key changes nothing"
+    assert table.loc[1, "agrees"] == "–" and table.loc[1, "published"] == "–"
+    assert table.loc[0, "accuracy [95% CI]"] == "0.98 [0.91, 1.00], 3 seeds"
+    assert table.loc[0, "published"] == "induction (accuracy 1.00)"
+
+
+def test_overview_text_says_what_disagrees_and_which_findings_fail():
+    text = overview_text(pd.DataFrame(ROWS), FORMED, [("A holds.", "reproduced"), ("B holds.", "not reproduced"),
+                                                      ("C holds.", "not run")])
+    assert text.startswith("2 architectures (3 seeds each, best learning rate).")
+    assert "attention: direct retrieval in 2 of 3 seeds (direct retrieval 2, induction 1), published: induction" in text
+    assert "1 of 2 published findings checked here reproduce; not: B holds." in text
+    assert "C holds" not in text
