@@ -10,8 +10,6 @@ from hypothesis import strategies as st
 from mecheval.models.ops import dispatch
 from mecheval.models.ops.fft_conv import fft_conv, fft_conv_direct
 
-from .conftest import build, make_config, random_tokens
-from .test_diag_ssm_fused import autograd_nodes
 from .test_fused_kernels import assert_rel_close
 
 
@@ -29,15 +27,3 @@ def test_causal_conv_equals_fft_and_toeplitz(B, T, C, seed):
         assert_rel_close(y, y_ref, rtol=1e-4, name=f"y vs {reference.__name__}")
         for name, a, b in zip("uh", grads, torch.autograd.grad(y_ref, (u, h), gy)):
             assert_rel_close(a, b, rtol=1e-4, name=f"{name} vs {reference.__name__}")
-
-
-def test_hyena_dispatches_and_reference_mode_switches(monkeypatch):
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    lm = build(make_config("hyena"))
-    tokens = random_tokens(2, 12, seed=0)
-    y = lm(tokens)
-    assert "ShortConvFn" in autograd_nodes(y)
-    with dispatch.kernel_mode("reference"):
-        y_ref = lm(tokens)
-    assert "ShortConvFn" not in autograd_nodes(y_ref)
-    assert_rel_close(y, y_ref, rtol=1e-4)

@@ -8,12 +8,9 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mecheval.models.ops import dispatch
 from mecheval.models.ops.delta_rule import delta_rule, delta_rule_loop
 from mecheval.models.ops.delta_rule_fused import TC, delta_rule_fused
 
-from .conftest import build, make_config, random_tokens
-from .test_diag_ssm_fused import autograd_nodes
 from .test_fused_kernels import assert_rel_close
 from .test_ops import delta_inputs, grads
 
@@ -36,15 +33,3 @@ def test_fused_equals_reference_outputs_and_gradients(B, T, H, dk, dv, seed):
 def test_gradcheck_float64(shape):
     args = [a.double().requires_grad_() for a in delta_inputs(*shape, seed=3)]
     assert torch.autograd.gradcheck(delta_rule_fused, args)
-
-
-def test_deltanet_dispatches_and_reference_mode_switches(monkeypatch):
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    lm = build(make_config("deltanet", 4))
-    tokens = random_tokens(2, 12, seed=0)
-    y = lm(tokens)
-    assert "DeltaRuleFn" in autograd_nodes(y)
-    with dispatch.kernel_mode("reference"):
-        y_ref = lm(tokens)
-    assert "DeltaRuleFn" not in autograd_nodes(y_ref)
-    assert_rel_close(y, y_ref, rtol=1e-4)

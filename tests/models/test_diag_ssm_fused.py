@@ -7,11 +7,9 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mecheval.models.ops import dispatch
 from mecheval.models.ops.diag_ssm import diag_ssm, diag_ssm_kernel, diag_ssm_loop
 from mecheval.models.ops.diag_ssm_fused import diag_ssm_fused, diag_ssm_kernel_fused
 
-from .conftest import build, make_config, random_tokens
 from .test_fused_kernels import assert_rel_close
 from .test_ops import s4d_params
 
@@ -57,27 +55,3 @@ def test_kernel_equals_the_polar_form_in_float64():
 def test_gradcheck_float64(shape):
     xs = ssm_inputs(*shape, seed=3, dtype=torch.float64)
     assert torch.autograd.gradcheck(diag_ssm_fused, xs)
-
-
-def test_h3_dispatches_and_reference_mode_switches(monkeypatch):
-    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    lm = build(make_config("h3", 3))
-    tokens = random_tokens(2, 12, seed=0)
-    y = lm(tokens)
-    assert "DiagSSMKernelFn" in autograd_nodes(y)
-    with dispatch.kernel_mode("reference"):
-        y_ref = lm(tokens)
-    assert "DiagSSMKernelFn" not in autograd_nodes(y_ref)
-    assert_rel_close(y, y_ref, rtol=1e-4)
-
-
-def autograd_nodes(y: torch.Tensor) -> set[str]:
-    """Names of every node in y's autograd graph (e.g. "DiagSSMKernelFnBackward" -> "DiagSSMKernelFn")."""
-    seen, todo = set(), [y.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        todo.extend(n for n, _ in node.next_functions)
-    return {n.name().removesuffix("Backward") for n in seen}
