@@ -99,8 +99,8 @@ def _mode(values: pd.Series):
     return None if counts.empty else sorted(counts[counts == counts.max()].index)[0]
 
 
-MEANS = ("acc", "acc_heldout", "acc_outside", "attrib@key", "attrib@value", "attrib@query", "effect")
-INTERVALS = ("acc_outside", "attrib@key", "attrib@value", "attrib@query")  # shown with a 95% interval
+MEANS = ("acc", "acc_heldout", "acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", "effect")
+INTERVALS = ("acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query")  # shown with a 95% interval
 
 
 def _interval(group: pd.DataFrame, col: str) -> tuple[float, float]:
@@ -186,7 +186,7 @@ def for_people(summary: pd.DataFrame) -> pd.DataFrame:
     (the detail, which the summary shows, and the raw effect size); `mechanism per seed` only where
     several seeds ran."""
     out = readable(summary)
-    drop = ["detail", "effect"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
+    drop = ["detail", "effect", "acc_all"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
     out = out.drop(columns=[c for c in drop if c in out])
     out["optim.lr"] = [f"{v:g}" for v in out["optim.lr"]]
     for c in ("acc", "acc_heldout", "published_acc"):

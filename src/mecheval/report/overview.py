@@ -32,9 +32,12 @@ def _label(row: pd.Series, summary: pd.DataFrame) -> str:
 
 
 def accuracy_words(row: pd.Series) -> str:
-    """`0.97 [0.94, 0.98], 3 seeds`: accuracy outside the conv reach where intervened on, else test accuracy."""
-    if "acc_outside" in row and row["acc_outside"] == row["acc_outside"] and row["acc_outside"] is not None:
-        text = _ci(row["acc_outside"], row.get("acc_outside_lo"), row.get("acc_outside_hi"))
+    """`0.97 [0.94, 0.98], 3 seeds`: accuracy outside the conv reach where intervened on (on every
+    intervention example where no example lies outside it, e.g. H3's whole-context conv), else test accuracy."""
+    for col in ("acc_outside", "acc_all"):
+        if col in row and row[col] is not None and row[col] == row[col]:
+            text = _ci(row[col], row.get(f"{col}_lo"), row.get(f"{col}_hi"))
+            break
     else:
         text = _ci(row["acc"], None, None)
     if row.get("acc_heldout") is not None and row.get("acc_heldout") == row.get("acc_heldout"):
