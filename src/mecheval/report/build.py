@@ -245,10 +245,11 @@ def formation_table(best: pd.DataFrame) -> pd.DataFrame:
         e = conv_evidence(r["run_dir"]) if isinstance(r.get("run_dir"), str) else None
         if e is None:
             continue
+        noise = r.get("verdict") == "not learned"  # the best cell of a model that did not learn is noise
         rows.append({"arch": r["arch"], "seed": r["seed"], "verdict": r.get("verdict"),
-                     "cell": f"conv_out L{e['layer']} key+{e['offset']}",
-                     "restores": f"{e['attrib']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]",
-                     "acc": f"{e['acc']:.2f}", "acc, taps of that layer zeroed": f"{e['cut_acc']:.2f} (n={e['cut_n']})"})
+                     "cell": "–" if noise else f"conv_out L{e['layer']} key+{e['offset']}",
+                     "restores": "–" if noise else f"{e['attrib']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]",
+                     "acc": f"{e['acc']:.2f}", "acc, taps of that layer zeroed": "–" if noise else f"{e['cut_acc']:.2f} (n={e['cut_n']})"})
     return pd.DataFrame(rows)
 
 
