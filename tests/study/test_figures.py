@@ -97,3 +97,19 @@ def test_an_architecture_keeps_its_colour_in_every_figure_and_legends_sit_outsid
         box = a.get_legend().get_bbox_to_anchor().transformed(a.transAxes.inverted())
         assert box.x0 >= 1.0  # anchored right of the axes, never on the bars or points
     plt.close("all")
+
+
+def test_a_bar_for_every_architecture_even_where_no_example_lies_outside_the_conv_reach():
+    from matplotlib.container import BarContainer
+
+    from mecheval.report.figures import accuracy_figure
+
+    best = pd.DataFrame({"arch": ["mamba", "h3"], "model.d_model": [64, 64], "acc": [0.9, 0.7],
+                         "published_acc": [0.8, 0.02], "acc_outside": [0.8, float("nan")],
+                         "acc_outside_lo": [0.7, float("nan")], "acc_outside_hi": [0.85, float("nan")],
+                         "acc_all": [0.85, 0.6], "acc_all_lo": [0.8, 0.5], "acc_all_hi": [0.9, 0.7]})
+    ax = accuracy_figure(best).axes[0]
+    [bars] = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [b.get_height() for b in bars] == [0.8, 0.6]  # h3: every example is inside its whole-context conv
+    assert "all intervention examples" in ax.get_ylabel()
+    plt.close("all")

@@ -39,35 +39,48 @@ def _legend_outside(ax, **kw) -> None:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kw)
 
 
+ACCURACIES = ("acc_outside", "acc_all", "acc")  # the first present in a row is drawn (artefact control first)
+
+
+def _shown_accuracy(row: pd.Series) -> tuple[float, float, float, str]:
+    """(accuracy, lo, hi, column): outside the conv reach where intervened on; on all intervention examples
+    where none lies outside it (a whole-context conv); else the final test accuracy (lo = hi = value)."""
+    for col in ACCURACIES:
+        v = row.get(col)
+        if v is not None and v == v:
+            lo, hi = row.get(f"{col}_lo", v), row.get(f"{col}_hi", v)
+            return float(v), float(v if lo != lo else lo), float(v if hi != hi else hi), col
+    return float("nan"), float("nan"), float("nan"), "acc"
+
+
 def accuracy_figure(best: pd.DataFrame, palette: dict[str, str] | None = None) -> Figure:
-    """Accuracy of the best-lr run per (architecture, width): bars with their 95% interval, the
-    published value as a tick. The bars read `acc_outside` (the artefact control) where the runs were
-    intervened on, else the final test accuracy `acc`.
+    """Accuracy of the best-lr run per (architecture, width): bars with their 95% interval (`_shown_accuracy`
+    picks which accuracy; the y label names them), the published value as a tick.
 
     best: rows with `arch`, `model.d_model`, `acc`, `published_acc` (NaN where none), and optionally
-    `acc_outside` with `acc_outside_lo` / `acc_outside_hi`.
+    `acc_outside` / `acc_all` with their `_lo` / `_hi`.
     """
-    col = "acc_outside" if "acc_outside" in best and best["acc_outside"].notna().any() else "acc"
     widths = sorted(best["model.d_model"].unique())
     archs = list(dict.fromkeys(best["arch"]))
     palette = palette or colours(archs)
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(archs) * len(widths)), 3.6))
     bar = 0.8 / len(widths)
+    used = set()
     for j, w in enumerate(widths):
-        rows = best[best["model.d_model"] == w].set_index("arch")
+        rows = best[best["model.d_model"] == w].drop_duplicates("arch").set_index("arch")
         xs = [i + (j - (len(widths) - 1) / 2) * bar for i in range(len(archs))]
-        ys = [rows[col].get(a, float("nan")) for a in archs]
-        err = None
-        if f"{col}_lo" in rows:
-            err = [[max(y - rows[f"{col}_lo"].get(a, y), 0) for a, y in zip(archs, ys)],
-                   [max(rows[f"{col}_hi"].get(a, y) - y, 0) for a, y in zip(archs, ys)]]
+        shown = [_shown_accuracy(rows.loc[a]) if a in rows.index else (float("nan"),) * 3 + ("acc",) for a in archs]
+        used |= {c for *_, c in shown}
+        ys = [y for y, *_ in shown]
+        err = [[max(y - lo, 0) for y, lo, _, _ in shown], [max(hi - y, 0) for y, _, hi, _ in shown]]
         ax.bar(xs, ys, width=bar * 0.9, yerr=err, capsize=3, color=[palette.get(a, "grey") for a in archs],
                alpha=1.0 - 0.5 * j / max(len(widths) - 1, 1), label=f"d={w}" if len(widths) > 1 else None)
         ax.scatter(xs, [rows["published_acc"].get(a, float("nan")) for a in archs], marker="_", s=300,
                    color="black", zorder=3, label="published" if j == 0 else None)
     ax.set_xticks(range(len(archs)), archs, rotation=20, ha="right")
     ax.set_ylim(0, 1.05)
-    ax.set_ylabel("accuracy outside the conv reach" if col == "acc_outside" else "test accuracy")
+    names = {"acc_outside": "outside the conv reach", "acc_all": "all intervention examples", "acc": "test"}
+    ax.set_ylabel("accuracy (" + ", or ".join(names[c] for c in ACCURACIES if c in used) + ")", fontsize=8)
     _legend_outside(ax)
     ax.set_title("Accuracy at the best learning rate (bars: ours with 95% interval; ticks: published)", fontsize=9)
     return fig
