@@ -63,3 +63,16 @@ def test_not_a_run_dir(tmp_path):
     result = CliRunner().invoke(app, ["intervene", str(tmp_path)])
     text = " ".join("".join(c for c in result.output if c.isalnum() or c.isspace()).split())
     assert result.exit_code != 0 and "neither a finished run directory" in text
+
+
+def test_intervene_by_attribution_patching(sweep):
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)
+    args = ["intervene", str(sweep / "runs" / "induction"), "--n", "32", "--sites", "resid_pre"]
+    result = CliRunner().invoke(app, [*args, "--method", "gradient"])
+    assert result.exit_code == 0, result.output
+    df = pd.read_parquet(sweep / "runs" / "induction" / "interventions.parquet")
+    assert set(df["method"]) == {"gradient"} and df["attrib"].notna().all()
+    bad = CliRunner().invoke(app, [*args, "--method", "guess"])
+    assert bad.exit_code != 0 and "--method must be one of" in bad.output

@@ -33,7 +33,7 @@ def test_an_unlearned_model_gets_no_conv_reading_and_no_agreement():
     assert table.loc[1, "mechanism (ours)"] == "not learned in 3 of 3 seeds: corrupting the key changes nothing"
     assert table.loc[1, "agrees"] == "–" and table.loc[1, "published"] == "–"
     assert table.loc[0, "accuracy [95% CI]"] == "0.98 [0.91, 1.00], 3 seeds"
-    assert table.loc[0, "published"] == "induction (accuracy 1.00)"
+    assert table.loc[0, "published"] == "induction, accuracy 1.00"
 
 
 def test_overview_text_says_what_disagrees_and_which_findings_fail():

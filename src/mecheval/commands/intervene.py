@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
         split: Annotated[str, typer.Option(help="Task split of the examples.")] = "test",
         direction: Annotated[str, typer.Option(help="sufficiency | necessity")] = "sufficiency",
         analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value).")] = [],
+        method: Annotated[str, typer.Option(help="exact (one patched run per cell) | gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward)")] = "exact",
     ) -> None:
         """Interchange interventions per run: interventions.parquet, heatmaps, and the mechanism verdicts."""
         from rich.console import Console
@@ -38,12 +39,15 @@ def register(app: typer.Typer) -> None:
         from mecheval.interventions.metrics import DIRECTIONS
         from mecheval.interventions.runs import find_runs, intervene_run
 
+        from mecheval.interventions.patching import METHODS
         from mecheval.interventions.runs import ANALYSES
 
         if sorted(set(analysis) - set(ANALYSES)):
             raise typer.BadParameter(f"--analysis must be among {list(ANALYSES)}, got {analysis}")
         if direction not in DIRECTIONS:
             raise typer.BadParameter(f"--direction must be one of {DIRECTIONS}, got {direction!r}")
+        if method not in METHODS:
+            raise typer.BadParameter(f"--method must be one of {list(METHODS)}, got {method!r}")
         try:
             runs = find_runs(path)
         except FileNotFoundError as e:
@@ -60,7 +64,7 @@ def register(app: typer.Typer) -> None:
             name = str(run_dir.relative_to(path)) if run_dir != path else run_dir.name
             try:
                 _, v = intervene_run(run_dir, corrupt, n, sites, positions or None, seed, split, direction,
-                                     analyses=analysis)
+                                     analyses=analysis, method=method)
             except Exception as e:  # one bad run is reported and skipped
                 failed.append(name)
                 tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)

@@ -69,9 +69,9 @@ def _as_2d(x: torch.Tensor) -> torch.Tensor:
     return x if x.dim() == 2 else x[:, None]
 
 
-@torch.no_grad()
 def answer_scores(logits: torch.Tensor, answer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [N, Q, V], answer [N, Q] -> (probability, logit) of the answer, averaged over Q: [N] each."""
+    """logits [N, Q, V], answer [N, Q] -> (probability, logit) of the answer, averaged over Q: [N] each
+    (differentiable: `gradient.gradient_cells` takes their gradients)."""
     logits = logits.float()
     logit = logits.gather(-1, answer[..., None])[..., 0]
     return (logit - logits.logsumexp(-1)).exp().mean(-1), logit.mean(-1)

@@ -9,9 +9,12 @@ import pandas as pd
 import torch
 
 from mecheval.interventions.engine import Cell, patch_cells, resolve_sites
+from mecheval.interventions.gradient import gradient_cells
 from mecheval.interventions.metrics import DIRECTIONS, attribution, bootstrap_attribution
 from mecheval.models.lm import LM
 from mecheval.tasks import Batch, Task
+
+METHODS = {"exact": patch_cells, "gradient": gradient_cells}  # exact patching; attribution patching (estimate)
 
 
 def interchange(
@@ -28,6 +31,7 @@ def interchange(
     chunk: int | None = None,
     n_boot: int = 1000,
     subsets: Mapping[str, torch.Tensor] | None = None,
+    method: str = "exact",
 ) -> pd.DataFrame:
     """Patch each (site, role position) cell between `batch` and `task.corrupt(batch, corrupt, seed)`.
 
@@ -39,6 +43,9 @@ def interchange(
     `per_example=True` returns one row per cell × example (column `example`) without attributions.
     subsets: name -> bool mask [B]; the summary then has rows per subset (column `subset`, from the
     same patched runs; e.g. `artefact.subsets`); default one subset "all".
+    method: "exact" (one patched run per cell) or "gradient" (attribution patching: every cell's
+    first-order estimate from one forward per input and one backward; `gradient.gradient_cells`);
+    the column `method` says which.
     """
     positions = list(batch.roles) if positions is None else list(positions)
     missing = [p for p in positions if p not in batch.roles]
@@ -47,6 +54,7 @@ def interchange(
     return interchange_at(
         lm, task, batch, corrupt, sites, {p: batch.roles[p] for p in positions},
         seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, subsets=subsets,
+        method=method,
     )
 
 
@@ -62,24 +70,27 @@ def patch_all_positions(
     direction: str = "sufficiency",
     chunk: int | None = None,
     n_boot: int = 1000,
+    method: str = "exact",
 ) -> pd.DataFrame:
     """`interchange` at every absolute position 0..T-1 (column `position` holds the index as a string)."""
     B, T = batch.tokens.shape
     where = {str(t): torch.full((B,), t, device=batch.tokens.device) for t in range(T)}
     return interchange_at(
         lm, task, batch, corrupt, sites, where,
-        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot,
+        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, method=method,
     )
 
 
 def interchange_at(
     lm, task, batch, corrupt, sites, where: Mapping[str, torch.Tensor], *, seed=0, per_example=False,
-    direction="sufficiency", chunk=None, n_boot=1000, subsets=None,
+    direction="sufficiency", chunk=None, n_boot=1000, subsets=None, method="exact",
 ) -> pd.DataFrame:
     """`interchange` at arbitrary positions: where[key] = positions [B] (or [B, K], patched together);
     the `position` column holds the keys."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     counter = task.corrupt(batch, corrupt, seed)
     clean, corrupted = batch.tokens, counter.tokens
     base, source = (corrupted, clean) if direction == "sufficiency" else (clean, corrupted)
@@ -87,7 +98,7 @@ def interchange_at(
     was_training = lm.training
     lm.eval()
     try:
-        r = patch_cells(lm, base, source, cells, where, batch.answer, batch.answer_pos, chunk=chunk)
+        r = METHODS[method](lm, base, source, cells, where, batch.answer, batch.answer_pos, chunk=chunk)
     finally:
         lm.train(was_training)
     clean_key, corrupt_key = ("source", "base") if direction == "sufficiency" else ("base", "source")
@@ -101,6 +112,7 @@ def interchange_at(
         {
             "corrupt": corrupt,
             "direction": direction,
+            "method": method,
             "n_layers": len(lm.layers),
             "layer": [c.layer for c in cells],
             "site": [c.kind for c in cells],

@@ -58,6 +58,7 @@ def intervene_run(
     min_effect: float = 0.01,
     skip_missing_sites: bool = False,
     analyses: list[str] = (),
+    method: str = "exact",
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """Runs the interchange experiments of one run and writes its outputs -> (the table, the verdict or None).
 
@@ -65,7 +66,8 @@ def intervene_run(
     verdict reads `outside`). The layer profile (`resid_pre` of every layer and `resid_post` of the
     last) is always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
     on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out`
-    without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet).
+    without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet);
+    `method` "gradient" estimates the cells by attribution patching (`interchange`).
     Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance).
     """
     from mecheval import load_run
@@ -82,7 +84,8 @@ def intervene_run(
     batch = task.sample(n, seed=seed, split=split)
     masks = subsets(lm, batch)
     df = pd.concat(
-        [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks)
+        [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks,
+                     method=method)
          for role in corrupt],
         ignore_index=True,
     )

@@ -83,9 +83,10 @@ def overview_table(summary: pd.DataFrame, formed: dict[str, dict]) -> pd.DataFra
     """
     rows = []
     for _, r in summary.iterrows():
-        pub = r["published_verdict"] if isinstance(r["published_verdict"], str) else "–"
+        parts = [r["published_verdict"]] if isinstance(r["published_verdict"], str) else []
         if r["published_acc"] == r["published_acc"]:
-            pub += f" (accuracy {r['published_acc']:.2f})"
+            parts.append(f"accuracy {r['published_acc']:.2f}")
+        pub = ", ".join(parts) or "–"
         rows.append({"architecture": _label(r, summary), "accuracy [95% CI]": accuracy_words(r),
                      "mechanism (ours)": mechanism_words(r, formed.get(r["arch"])), "published": pub,
                      "agrees": r["agree"] or "–"})
