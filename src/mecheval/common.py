@@ -1,4 +1,5 @@
-"""Helpers several packages use: atomic file writes and dotted config keys (no mecheval imports)."""
+"""Helpers several packages use: atomic file writes, dotted config keys, errors as one line (nothing of
+mecheval imported at load)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,15 @@ def flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple, dict)) else value
     return out
+
+
+def describe(e: BaseException) -> str:
+    """The error as one line (our own errors already name the file or field at fault)."""
+    from mecheval.training.checkpoint import CheckpointError
+    from mecheval.training.lock import LockedError
+
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    if isinstance(e, (ConfigError, CheckpointError, LockedError, OSError, ImportError)):
+        return str(e)
+    return f"{type(e).__name__}: {e}"

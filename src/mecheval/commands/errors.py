@@ -9,24 +9,13 @@ from collections.abc import Callable
 
 import typer
 
+from mecheval.common import describe
+
 DEBUG = {"on": False}  # set by `mecheval --debug`
 INTERRUPTED = 130  # the shell's code for a process stopped by SIGINT
 # The CLI framework's own errors pass through; typer raises click's (older typer) or its vendored copy's.
 CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 PASS_THROUGH = (CLICK_ERROR, typer.Exit, typer.Abort)
-
-
-def describe(e: BaseException) -> str:
-    """The error as one line (our own errors already name the file or field at fault)."""
-    from mecheval.training.checkpoint import CheckpointError
-    from mecheval.training.config import ConfigError
-    from mecheval.training.lock import LockedError
-
-    if isinstance(e, OSError) and e.strerror:
-        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-    if isinstance(e, (ConfigError, CheckpointError, LockedError, OSError, ImportError)):
-        return str(e)
-    return f"{type(e).__name__}: {e}"
 
 
 def guard(command: Callable) -> Callable:

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from mecheval.commands.errors import describe
+from mecheval.common import describe
 
 
 def register(app: typer.Typer) -> None:

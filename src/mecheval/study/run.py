@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mecheval.commands.errors import describe
+from mecheval.common import describe
 from mecheval.interventions.runs import intervene_run
 from mecheval.report import Report, build_report
 from mecheval.report.build import STUDY_JSON
