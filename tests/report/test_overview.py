@@ -43,3 +43,8 @@ def test_overview_text_says_what_disagrees_and_which_findings_fail():
     assert "attention: direct retrieval in 2 of 3 seeds (direct retrieval 2, induction 1), published: induction" in text
     assert "1 of 2 published findings checked here reproduce; not: B holds." in text
     assert "C holds" not in text
+
+
+def test_no_findings_sentence_when_none_was_checked():
+    text = overview_text(pd.DataFrame(ROWS), FORMED, [("C holds.", "not run")])
+    assert "published findings" not in text

@@ -107,8 +107,8 @@ def overview_text(summary: pd.DataFrame, formed: dict[str, dict], findings: list
         where = formed_words(r, formed.get(r["arch"]))
         parts.append(f"{_label(r, summary)}: {verdict_words(r)}{agree}; accuracy {accuracy_words(r)}"
                      + (f"; {where}." if where else "."))
-    if findings:
-        done = [c for c, s in findings if s != "not run"]
+    done = [c for c, s in findings if s != "not run"]
+    if done:
         missed = [c for c, s in findings if s == "not reproduced"]
         parts.append(f"{len(done) - len(missed)} of {len(done)} published findings checked here reproduce"
                      + (f"; not: {' '.join(missed)}" if missed else "."))
