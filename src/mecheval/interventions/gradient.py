@@ -18,15 +18,15 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from mecheval.interventions.engine import Cell, _as_2d, answer_scores
+from mecheval.interventions.engine import Cell, _as_2d, _run, answer_scores
 from mecheval.models.lm import LM
 from mecheval.models.sites import record
 
 
 def _scores(lm: LM, tokens: torch.Tensor, answer: torch.Tensor, answer_pos: torch.Tensor):
-    """(p [B], logit [B]) of the answer, with every position of every block computed (no narrow tail,
-    so that each site carries [B, T, D_site])."""
-    return answer_scores(lm.forward_from(0, lm.embed_tokens(tokens), answer_pos), answer)
+    """(p [B], logit [B]) of the answer, every position of every block computed (no narrow tail, so that
+    each site carries [B, T, D_site])."""
+    return answer_scores(_run(lm, tokens, answer_pos, narrow=False), answer)
 
 
 def gradient_cells(

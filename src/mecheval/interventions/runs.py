@@ -24,8 +24,7 @@ from mecheval.interventions.patching import interchange
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile
 from mecheval.interventions.verdict import NothingToRead, Verdict, mechanism
 
-RUN_MARKERS = ("config.yaml", "model.safetensors")
-  # files every finished run directory holds
+RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
 
 
 def find_runs(path: Path) -> list[Path]:

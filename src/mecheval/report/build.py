@@ -22,7 +22,7 @@ from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.html import render_html
 from mecheval.report.findings import FINDINGS, conv_evidence
-from mecheval.report.overview import GRAMMAR, overview_table, overview_text
+from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
 from mecheval.report.results import study_table
 from mecheval.sweeps.runner import RUNS
 
@@ -173,8 +173,7 @@ def readable(summary: pd.DataFrame) -> pd.DataFrame:
         if f"{c}_lo" not in out:
             continue
         out[c] = [
-            "–" if (c.startswith("attrib") and v == "not learned") or m != m
-            else f"{m:.2f}" if lo != lo else f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+            "–" if c.startswith("attrib") and v == "not learned" else with_interval(m, lo, hi)
             for m, lo, hi, v in zip(out[c], out[f"{c}_lo"], out[f"{c}_hi"], out["verdict"])
         ]
         out = out.drop(columns=[f"{c}_lo", f"{c}_hi"])
@@ -238,11 +237,18 @@ def artefact_table(best: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def formation_table(best: pd.DataFrame) -> pd.DataFrame:
-    """Per best-lr run with a conv-window analysis: the cell that restores most and the tap ablation."""
+def conv_evidence_by_run(best: pd.DataFrame) -> dict[str, dict]:
+    """run_dir -> `findings.conv_evidence`, for the best-lr runs whose conv-window analysis ran."""
+    runs = [d for d in best["run_dir"] if isinstance(d, str)] if "run_dir" in best else []
+    return {d: e for d in runs if (e := conv_evidence(d)) is not None}
+
+
+def formation_table(best: pd.DataFrame, evidence: dict[str, dict]) -> pd.DataFrame:
+    """Per best-lr run with a conv-window analysis (`evidence`, from `conv_evidence_by_run`): the cell that
+    restores most and the tap ablation."""
     rows = []
     for _, r in best.iterrows():
-        e = conv_evidence(r["run_dir"]) if isinstance(r.get("run_dir"), str) else None
+        e = evidence.get(r.get("run_dir"))
         if e is None:
             continue
         noise = r.get("verdict") == "not learned"  # the best cell of a model that did not learn is noise
@@ -296,14 +302,12 @@ def _example(study_dir: Path, best: pd.DataFrame) -> tuple[bytes, str] | None:
     return None
 
 
-def _formed(best: pd.DataFrame) -> dict[str, dict]:
-    """arch -> conv_evidence of its most accurate best-lr run, where the conv-window analysis ran."""
+def _formed(best: pd.DataFrame, evidence: dict[str, dict]) -> dict[str, dict]:
+    """arch -> conv evidence of its most accurate best-lr run that has one."""
     out = {}
     for _, r in best.sort_values("acc", ascending=False).iterrows():
-        if r["arch"] not in out and isinstance(r.get("run_dir"), str):
-            e = conv_evidence(r["run_dir"])
-            if e is not None:
-                out[r["arch"]] = e
+        if r.get("run_dir") in evidence:
+            out.setdefault(r["arch"], evidence[r["run_dir"]])
     return out
 
 
@@ -315,7 +319,8 @@ def build_report(study_dir: str | Path) -> Report:
     summary = summarise(df)
     best = df[df["best_lr"]]
     findings = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in meta.get("findings", [])]
-    formed_by_arch = _formed(best)
+    evidence = conv_evidence_by_run(best)
+    formed_by_arch = _formed(best, evidence)
     overview = overview_text(summary, formed_by_arch, [(c, o.status) for c, o in findings])
     glance = overview_table(summary, formed_by_arch)
     summary.to_csv(study_dir / "summary.csv", index=False)
@@ -348,7 +353,7 @@ def build_report(study_dir: str | Path) -> Report:
                 "examples, on those outside the query's reach through short convs, and inside it (AR: the queried "
                 "pair among the last ones), with Wilson 95% intervals and example counts.", artefact_table(best)),
     ]
-    formed = formation_table(best)
+    formed = formation_table(best, evidence)
     if not formed.empty:
         sections.append(Section("Where the association is formed", "Runs with a short conv: the conv output cell "
                                 "(layer, offset from the queried key) whose clean value restores most of the answer "

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from mecheval.interventions.plots import attrib_grid  # noqa: E402
 from mecheval.interventions.verdict import HIGH, LOW, read_point  # noqa: E402
+from mecheval.report.overview import ACCURACIES, shown_accuracy  # noqa: E402
 
 POSITIONS = ("key", "value", "query")
 
@@ -39,23 +40,9 @@ def _legend_outside(ax, **kw) -> None:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kw)
 
 
-ACCURACIES = ("acc_outside", "acc_all", "acc")  # the first present in a row is drawn (artefact control first)
-
-
-def _shown_accuracy(row: pd.Series) -> tuple[float, float, float, str]:
-    """(accuracy, lo, hi, column): outside the conv reach where intervened on; on all intervention examples
-    where none lies outside it (a whole-context conv); else the final test accuracy (lo = hi = value)."""
-    for col in ACCURACIES:
-        v = row.get(col)
-        if v is not None and v == v:
-            lo, hi = row.get(f"{col}_lo", v), row.get(f"{col}_hi", v)
-            return float(v), float(v if lo != lo else lo), float(v if hi != hi else hi), col
-    return float("nan"), float("nan"), float("nan"), "acc"
-
-
 def accuracy_figure(best: pd.DataFrame, palette: dict[str, str] | None = None) -> Figure:
-    """Accuracy of the best-lr run per (architecture, width): bars with their 95% interval (`_shown_accuracy`
-    picks which accuracy; the y label names them), the published value as a tick.
+    """Accuracy of the best-lr run per (architecture, width): bars with their 95% interval
+    (`overview.shown_accuracy` picks which accuracy; the y label names them), the published value as a tick.
 
     best: rows with `arch`, `model.d_model`, `acc`, `published_acc` (NaN where none), and optionally
     `acc_outside` / `acc_all` with their `_lo` / `_hi`.
@@ -69,10 +56,11 @@ def accuracy_figure(best: pd.DataFrame, palette: dict[str, str] | None = None) -
     for j, w in enumerate(widths):
         rows = best[best["model.d_model"] == w].drop_duplicates("arch").set_index("arch")
         xs = [i + (j - (len(widths) - 1) / 2) * bar for i in range(len(archs))]
-        shown = [_shown_accuracy(rows.loc[a]) if a in rows.index else (float("nan"),) * 3 + ("acc",) for a in archs]
+        shown = [shown_accuracy(rows.loc[a]) if a in rows.index else (float("nan"),) * 3 + ("acc",) for a in archs]
         used |= {c for *_, c in shown}
         ys = [y for y, *_ in shown]
-        err = [[max(y - lo, 0) for y, lo, _, _ in shown], [max(hi - y, 0) for y, _, hi, _ in shown]]
+        err = [[0 if lo != lo else max(y - lo, 0) for y, lo, _, _ in shown],  # no interval: no bar
+               [0 if hi != hi else max(hi - y, 0) for y, _, hi, _ in shown]]
         ax.bar(xs, ys, width=bar * 0.9, yerr=err, capsize=3, color=[palette.get(a, "grey") for a in archs],
                alpha=1.0 - 0.5 * j / max(len(widths) - 1, 1), label=f"d={w}" if len(widths) > 1 else None)
         ax.scatter(xs, [rows["published_acc"].get(a, float("nan")) for a in archs], marker="_", s=300,

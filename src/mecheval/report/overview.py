@@ -15,10 +15,29 @@ from mecheval.interventions.verdict import FORMED
 GRAMMAR = "task.params.grammar"
 
 
-def _ci(m, lo, hi) -> str:
+ACCURACIES = ("acc_outside", "acc_all", "acc")  # the accuracy shown: the first present in a row
+
+
+def with_interval(m, lo, hi) -> str:
+    """`0.97 [0.94, 0.98]`; the value alone where there is no interval, `–` where there is no value."""
     if m is None or m != m:
         return "–"
     return f"{m:.2f}" if lo is None or lo != lo else f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def _number(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def shown_accuracy(row: pd.Series) -> tuple[float, float, float, str]:
+    """(accuracy, lo, hi, column) of a summary row, lo and hi NaN where there is no interval: accuracy
+    outside the conv reach where intervened on; on every intervention example where none lies outside it
+    (e.g. H3's whole-context conv); else the final test accuracy."""
+    for col in ACCURACIES:
+        v = _number(row.get(col))
+        if v == v:
+            return v, _number(row.get(f"{col}_lo")), _number(row.get(f"{col}_hi")), col
+    return float("nan"), float("nan"), float("nan"), "acc"
 
 
 def _label(row: pd.Series, summary: pd.DataFrame) -> str:
@@ -32,14 +51,8 @@ def _label(row: pd.Series, summary: pd.DataFrame) -> str:
 
 
 def accuracy_words(row: pd.Series) -> str:
-    """`0.97 [0.94, 0.98], 3 seeds`: accuracy outside the conv reach where intervened on (on every
-    intervention example where no example lies outside it, e.g. H3's whole-context conv), else test accuracy."""
-    for col in ("acc_outside", "acc_all"):
-        if col in row and row[col] is not None and row[col] == row[col]:
-            text = _ci(row[col], row.get(f"{col}_lo"), row.get(f"{col}_hi"))
-            break
-    else:
-        text = _ci(row["acc"], None, None)
+    """`0.97 [0.94, 0.98], 3 seeds`: the accuracy `shown_accuracy` picks, with its interval."""
+    text = with_interval(*shown_accuracy(row)[:3])
     if row.get("acc_heldout") is not None and row.get("acc_heldout") == row.get("acc_heldout"):
         text += f", held-out {row['acc_heldout']:.2f}"
     return text + (f", {int(row['seeds'])} seeds" if row["seeds"] > 1 else "")
