@@ -34,7 +34,7 @@ def test_exact_where_the_logit_is_linear_in_the_site(ar_task):
 @pytest.mark.parametrize("mixer", sorted(MIXERS))
 def test_every_site_of_every_mixer_and_unchanged_cells_estimate_no_change(ar_task, mixer):
     """Cells whose source activation equals the base's (positions before the corrupted key) change
-    nothing; every site, inside the mixers too, gets an estimate."""
+    nothing; every site, inside the mixers and the recurrent states too, gets an estimate."""
     torch.manual_seed(0)
     lm = random_lm(ar_task.vocab_size, mixer=mixer, n_layers=2)
     batch = ar_task.sample(8, seed=1)
@@ -83,3 +83,28 @@ def test_interchange_tables_say_the_method_and_refuse_unknown_ones(ar_task):
     assert set(exact["method"]) == {"exact"} and set(grad["method"]) == {"gradient"}
     with pytest.raises(ValueError, match="method must be one of"):
         interchange(lm, ar_task, batch, "key", ["resid_pre"], method="exactly")
+
+
+@pytest.mark.parametrize("mixer", ["mamba", "h3", "deltanet", "based"])
+def test_state_estimates_are_the_derivative_along_the_patch(ar_task, mixer):
+    """A state cell's estimate is the derivative of the exact patch along (1 − ε)·base + ε·source state."""
+    lm = random_lm(ar_task.vocab_size, n_layers=2, mixer=mixer).double()
+    batch = ar_task.sample(8, seed=6)
+    corrupted = ar_task.corrupt(batch, "key", 6).tokens
+    cell = Cell("layers.0.state", "value")
+    est = gradient_cells(lm, corrupted, batch.tokens, [cell], batch.roles, batch.answer, batch.answer_pos)
+    slope = est["p_patched"][0].double() - est["p_base"].double()
+    rows, pos = torch.arange(8), batch.roles["value"]
+    with torch.no_grad():
+        with record(lm.sites(), [cell.site]) as src:
+            lm(batch.tokens)
+        with record(lm.sites(), [cell.site]) as base:
+            lm(corrupted)
+        h_src, h_base = src[cell.site].at(rows, pos), base[cell.site].at(rows, pos)
+        errors = []
+        for eps in (1e-1, 1e-2, 1e-3):
+            with attach(lm.sites(), {cell.site: lambda v, eps=eps: v.patched(rows, pos, h_base + eps * (h_src - h_base))}):
+                p = answer_scores(lm(corrupted, positions=batch.answer_pos[:, None]), batch.answer[:, None])[0]
+            errors.append(((p.double() - est["p_base"].double()) / eps - slope).abs().max().item())
+    assert slope.abs().max() > 1e-6  # the state matters here
+    assert errors[2] < errors[0] and errors[2] < 1e-2 * slope.abs().max().item() + 1e-5

@@ -11,6 +11,7 @@ from torch import nn
 from mecheval.models import LM, MIXERS, ModelConfig, attach, record
 from mecheval.models.longconv import LongConv
 from mecheval.models.shortconv import ShortConv
+from mecheval.models.states import StateValue
 
 from .conftest import (
     ARCHS,
@@ -134,6 +135,7 @@ def test_d_conv_sets_the_convolution(mixer, d_conv):
 
 # -------------------------------------------------------------------------------------------- sites
 
+STATEFUL = ("mamba", "h3", "deltanet", "based")  # mixers with a recurrent state site (`models.states`)
 SITE_CASES = cases(convs=(0, 3, "long")) + cases(convs=(4,), archs=["mamba", "deltanet"])
 
 
@@ -143,6 +145,7 @@ def expected_sites(cfg) -> list[str]:
         conv = cfg.d_conv[i]
         local = ["resid_pre", "mixer_in"] + (["conv_in"] if isinstance(conv, int) and conv > 0 else [])
         local += ["conv_out"] if conv != 0 else []
+        local += ["state"] if cfg.mixer[i] in STATEFUL else []
         local += ["core_out", "mixer_out", "resid_mid"] + (["mlp_out"] if cfg.mlp[i] else []) + ["resid_post"]
         names += [f"layers.{i}.{n}" for n in local]
     return names
@@ -169,6 +172,10 @@ def test_every_site_exists_once_in_forward_order_with_its_shape(arch, d_conv):
     assert list(acts) == list(lm.sites())  # recorded in the order they ran
     residual = ("resid_pre", "mixer_in", "mixer_out", "resid_mid", "mlp_out", "resid_post")
     for name, a in acts.items():
+        if isinstance(a, StateValue):  # the state after each position, read where asked
+            assert name.endswith(".state") and a.output.shape[0] == 3
+            assert a.at(torch.arange(3), torch.tensor([0, 5, 10])).shape == (3, a.size)
+            continue
         assert a.dim() == 3 and a.shape[:2] == (3, 11), (name, a.shape)
         if name.rsplit(".", 1)[1] in residual:
             assert a.shape[2] == cfg.d_model, (name, a.shape)
@@ -183,13 +190,20 @@ def test_sites_are_identities_that_carry_the_computation(arch, d_conv):
         clean = lm(tokens)
         with attach(sites, {n: (lambda x: x) for n in sites}):
             same = lm(tokens)
-        with attach(sites, {n: (lambda x: x.clone()) for n in sites}):
+        with attach(sites, {n: (lambda x: x if isinstance(x, StateValue) else x.clone()) for n in sites}):
             copied = lm(tokens)
         assert torch.equal(same, clean) and torch.equal(copied, clean)
         # Patching each site changes the output: the site's tensor is the one the model uses.
+        rows, first = torch.arange(2), torch.zeros(2, dtype=torch.long)
+
+        def noisy(x, noise):
+            if isinstance(x, StateValue):  # the state after position 0, moved
+                return x.patched(rows, first, x.at(rows, first) + torch.randn(2, x.size, generator=noise))
+            return x + torch.randn(x.shape, generator=noise)
+
         for name in sites:
             noise = torch.Generator().manual_seed(0)
-            with attach(sites, {name: lambda x: x + torch.randn(x.shape, generator=noise)}):
+            with attach(sites, {name: lambda x: noisy(x, noise)}):
                 patched = lm(tokens)
             assert (patched - clean).abs().max() > 1e-4, f"patching {name} has no effect"
 

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option(help="Seed of the examples and corruptions.")] = 0,
         split: Annotated[str, typer.Option(help="Task split of the examples.")] = "test",
         direction: Annotated[str, typer.Option(help="sufficiency | necessity")] = "sufficiency",
-        analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value).")] = [],
+        analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value); state (the answer each layer's recurrent state carries after the key, …, up to the answer).")] = [],
         method: Annotated[str, typer.Option(help="exact (one patched run per cell) | gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward)")] = "exact",
     ) -> None:
         """Interchange interventions per run: interventions.parquet, heatmaps, and the mechanism verdicts."""

@@ -18,6 +18,10 @@ How the work is shared:
 A tile holds only the examples the patch changes: where the source activation equals the base's at
 the cell's positions (or, in the last block's position-wise part, no position is an answer position)
 the patched run is the base run, and its scores are copied.
+State sites (`layers.{i}.state`, `mecheval.models.states`) are patched at one position per example: the
+source state is computed only for a tile's examples when its pass runs (never for all positions), and
+an example is active where the two inputs differ at or before that position (the state after t depends
+on nothing later). A pass over state cells holds at most STATE_BUDGET floats of source states.
 Hooks are scoped (`mecheval.models.sites.attach`): removed on exit, even on error.
 """
 
@@ -31,6 +35,7 @@ import torch
 
 from mecheval.models.lm import LM, Block
 from mecheval.models.sites import attach, record
+from mecheval.models.states import STATE_BUDGET, StateSite, StateValue
 
 TOKEN_BUDGET = 2**16  # default bound on the token rows (tile examples × T) of one patched pass
 
@@ -109,9 +114,15 @@ def patch_cells(
     applied = [_applied(c, last) for c in cells]
     names = sorted({c.site for c in cells})
     body = [n for n in names if not _in_tail(Cell(n, ""), last)]  # full-length in a narrow-tail run
+    states = {n for n in names if isinstance(sites[n], StateSite)}
 
-    def at(acts, cell):  # an activation at the cell's positions: [B, K, D_site]
-        return acts[cell.site][rows[:, None], where[cell.position]]
+    def at(acts, cell):  # an activation at the cell's positions: [B, K, D_site] (a state: computed on demand)
+        pos = where[cell.position]
+        if cell.site in states:
+            if pos.shape[1] != 1:
+                raise ValueError(f"{cell.site} is patched at one position per example; {cell.position!r} has {pos.shape[1]}")
+            return _StateAt(acts[cell.site], pos[:, 0])
+        return acts[cell.site][rows[:, None], pos]
 
     with record(sites, names) as src:
         p_source, logit_source = answer_scores(_run(lm, source, answer_pos, narrow=len(body) == len(names)), answer)
@@ -119,10 +130,12 @@ def patch_cells(
     del src
     starts = {f"resid{i}": b.resid_pre for i, b in enumerate(lm.layers)}  # the runs' starting points
     starts |= {f"mixed{i}": b.mixer for i, b in enumerate(lm.layers)}
-    with record({**starts, **{n: sites[n] for n in body}}) as base_acts:
+    with record({**starts, **{n: sites[n] for n in body if n not in states}}) as base_acts:
         p_base, logit_base = answer_scores(_run(lm, base, answer_pos, narrow=True), answer)
+    differs = source != base  # [B, T]
     active = [
         (where[c.position][:, :, None] == answer_pos[:, None, :]).flatten(1).any(1) if _in_tail(a, last)
+        else (differs & (torch.arange(T, device=base.device) <= v.pos[:, None])).any(1) if c.site in states
         else (v != at(base_acts, c)).flatten(1).any(1)
         for c, a, v in zip(cells, applied, src_at)
     ]  # [B] each: the examples whose patched run differs from the base run
@@ -134,8 +147,10 @@ def patch_cells(
         if active[i].any():
             by_start.setdefault(_start(c, where[c.position].shape[1]), []).append(i)
     for (layer, after_mixer, _), members in sorted(by_start.items()):
-        for lo in range(0, len(members), chunk):
-            idx = members[lo : lo + chunk]
+        size = max((src_at[i].size for i in members if applied[i].site in states), default=0)
+        step = min(chunk, max(1, STATE_BUDGET // (B * size))) if size else chunk
+        for lo in range(0, len(members), step):
+            idx = members[lo : lo + step]
             ex = [active[i].nonzero()[:, 0] for i in idx]  # each tile holds its cell's active examples
             bounds = torch.tensor([0, *(len(e) for e in ex)]).cumsum(0).tolist()
             flat = torch.cat(ex)
@@ -170,6 +185,17 @@ def _from_finish(lm: LM, layer: int, base_acts, flat: torch.Tensor, tiles, answe
     resid = base_acts[f"resid{layer + 1}"][flat]  # [N, T, D]
     resid[n, slots] = y
     return lm.forward_from(layer + 1, resid, answer_pos, narrow_tail=True)
+
+
+class _StateAt:
+    """A state site's source value at one position per example, computed for the rows asked: `[e]` ->
+    [len(e), 1, D_state]."""
+
+    def __init__(self, value: StateValue, pos: torch.Tensor) -> None:
+        self.value, self.pos, self.size = value, pos, value.size
+
+    def __getitem__(self, e: torch.Tensor) -> torch.Tensor:
+        return self.value.at(e, self.pos[e])[:, None]
 
 
 def _applied(cell: Cell, last: int) -> Cell:
@@ -216,5 +242,7 @@ def _patch_fns(tiles, slots: torch.Tensor | None = None):
     fns = {}
     for site, parts in index.items():
         r, c, v = (torch.cat(z) for z in zip(*parts))
-        fns[site] = lambda x, r=r, c=c, v=v: x.index_put_((r, c), v.to(x.dtype))
+        fns[site] = lambda x, r=r, c=c, v=v: (
+            x.patched(r, c, v) if isinstance(x, StateValue) else x.index_put_((r, c), v.to(x.dtype))
+        )
     return fns

@@ -8,19 +8,23 @@ For a cell (site s, positions P) the exact patched score m(base with a_s[P] := s
 with m the answer's probability (and, separately, its logit), averaged over the answer positions as in
 `engine.answer_scores`. Every site and position comes from the same two passes, so the cost does not
 grow with the number of cells. The estimate is exact for a model linear in the site; it errs where m
-saturates (a softmax near 0 or 1) or the patch moves the activation far; `benchmarks/gradient_patching.py`
-measures by how much on trained runs.
+saturates (a softmax near 0 or 1) or the patch moves the activation far (for Based's state, whose
+normaliser divides, too); `benchmarks/gradient_patching.py`
+measures by how much on trained runs. A state site (`models.states`) gets ∂m/∂h_t from a zero move of
+the state after each asked position (`StateValue.respond`), one leaf per site for all its positions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from mecheval.interventions.engine import Cell, _as_2d, _run, answer_scores
 from mecheval.models.lm import LM
-from mecheval.models.sites import record
+from mecheval.models.sites import attach, record
+from mecheval.models.states import StateSite
 
 
 def _scores(lm: LM, tokens: torch.Tensor, answer: torch.Tensor, answer_pos: torch.Tensor):
@@ -43,26 +47,55 @@ def gradient_cells(
     (`p_patched`, `logit_patched` [C, B] are first-order estimates; `chunk` is accepted and unused)."""
     del chunk
     B = base.shape[0]
-    rows = torch.arange(B, device=base.device)[:, None]
+    rows, flat = torch.arange(B, device=base.device)[:, None], torch.arange(B, device=base.device)
     answer, answer_pos = _as_2d(answer), _as_2d(answer_pos)
     where = {k: _as_2d(v) for k, v in where.items()}
     sites = lm.sites()
     names = sorted({c.site for c in cells})
+    states = {n: list(dict.fromkeys(c.position for c in cells if c.site == n)) for n in names if isinstance(sites[n], StateSite)}
+    several = sorted({f"{n} at {k!r}" for n, keys in states.items() for k in keys if where[k].shape[1] != 1})
+    if several:
+        raise ValueError(f"a state site is patched at one position per example: {', '.join(several)}")
     with torch.no_grad(), record(sites, names) as src:
         p_source, logit_source = _scores(lm, source, answer, answer_pos)
-        src = {n: src[n].detach() for n in names}
-    with torch.enable_grad(), record(sites, names) as acts:
+        src = dict(src)
+    moves, seen = {}, {}
+
+    def move(n):  # the state after each asked position moved by a zero leaf: ∂m/∂(state) by autograd
+        pos = torch.cat([where[k][:, 0] for k in states[n]])
+
+        def fn(value):
+            seen[n] = value
+            moves[n] = torch.zeros(len(pos), value.size, dtype=value.output.dtype, device=pos.device, requires_grad=True)
+            return dataclasses.replace(value, output=value.respond(flat.repeat(len(states[n])), pos, moves[n]))
+
+        return fn
+
+    tensors = [n for n in names if n not in states]
+    with torch.enable_grad(), attach(sites, {n: move(n) for n in states}), record(sites, tensors) as acts:
         p_base, logit_base = _scores(lm, base, answer, answer_pos)
-        inputs = [acts[n] for n in names]
+        inputs = [moves[n] if n in states else acts[n] for n in names]
         grad_p = torch.autograd.grad(p_base.sum(), inputs, retain_graph=True, allow_unused=True)
         grad_logit = torch.autograd.grad(logit_base.sum(), inputs, allow_unused=True)
     grads = {n: (gp, gl) for n, gp, gl in zip(names, grad_p, grad_logit)}
     p_patched, logit_patched = [], []
     for cell in cells:
         pos = where[cell.position]  # [B, K]
-        delta = src[cell.site][rows, pos] - acts[cell.site][rows, pos].detach()  # [B, K, D]
+        if cell.site in states:
+            j = states[cell.site].index(cell.position)
+            with torch.no_grad():
+                delta = (src[cell.site].at(flat, pos[:, 0]) - seen[cell.site].at(flat, pos[:, 0]))[:, None]
+
+            def at(g, j=j):  # [B, 1, D_state]: the rows of this position's leaf
+                return g[j * B : (j + 1) * B, None]
+        else:
+            delta = src[cell.site][rows, pos] - acts[cell.site][rows, pos].detach()  # [B, K, D]
+
+            def at(g, pos=pos):
+                return g[rows, pos]
+
         for out, base_score, g in ((p_patched, p_base, grads[cell.site][0]), (logit_patched, logit_base, grads[cell.site][1])):
-            change = torch.zeros_like(base_score) if g is None else (delta * g[rows, pos]).flatten(1).sum(1)
+            change = torch.zeros_like(base_score) if g is None else (delta * at(g)).flatten(1).sum(1)
             out.append((base_score.detach() + change).cpu())
     return dict(
         p_base=p_base.detach().cpu(), logit_base=logit_base.detach().cpu(), p_source=p_source.cpu(),

@@ -11,6 +11,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def attrib_grid(df: pd.DataFrame, site: str, value: str = "attrib") -> pd.DataFrame:
     """layer (rows) × position (columns, in table order; numeric positions sorted) of `value` at `site`."""
     rows = df[df["site"] == site]
@@ -34,11 +42,7 @@ def heatmap(df: pd.DataFrame, site: str, path: str | Path, title: str = "") -> P
         for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.5 else "k")
     fig.colorbar(im, ax=ax, label="attrib")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 ROLE_ORDER = ("key", "value", "sep", "query")
@@ -64,11 +68,7 @@ def layer_profile(df: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     ax.set_ylabel("attrib (clean residual patched in)")
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7, frameon=False)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def conv_window_heatmap(window: pd.DataFrame, path: str | Path, title: str = "") -> Path:
@@ -89,8 +89,27 @@ def conv_window_heatmap(window: pd.DataFrame, path: str | Path, title: str = "")
         for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="w" if v < 0.5 else "k")
     fig.suptitle(title, fontsize=8)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+def state_curve_plot(curve: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """`state_readout.state_curve` as two panels (offset from the key; from the answer): attribution per
+    layer with its interval, sufficiency solid, necessity dashed."""
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.0), layout="constrained", sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (align, label) in zip(axes, [("key", "state after key + offset"), ("answer", "state after answer + offset")]):
+        for layer, part in curve[curve["align"] == align].groupby("layer"):
+            for direction, style in (("sufficiency", "-"), ("necessity", "--")):
+                r = part[part["direction"] == direction].sort_values("offset")
+                if r.empty:
+                    continue
+                c = colours[int(layer) % len(colours)]
+                ax.plot(r["offset"], r["attrib"], style, marker="o", ms=3, color=c, label=f"layer {layer}, {direction}")
+                ax.fill_between(r["offset"], r["attrib_lo"], r["attrib_hi"], color=c, alpha=0.15)
+        ax.axhline(0, color="0.7", lw=0.8)
+        ax.axhline(1, color="0.7", lw=0.8, ls="--")
+        ax.set_xlabel(label)
+    axes[0].set_ylabel("attrib (state patched)")
+    axes[1].legend(fontsize=6, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle(title, fontsize=8)
+    return _save(fig, path)

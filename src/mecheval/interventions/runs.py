@@ -5,6 +5,7 @@
     RUN_DIR/interventions/{role}_profile.png  attribution per role at every block boundary
     RUN_DIR/accuracy.parquet             accuracy (Wilson 95% interval) per artefact subset and key distance
     RUN_DIR/conv_window.parquet, conv_ablation.parquet, interventions/conv_window.png   (--analysis conv-window)
+    RUN_DIR/state_curve.parquet, interventions/state_curve.png   (--analysis state, models with a state)
     RUN_DIR/verdict.json                 the mechanism verdict, its detail, and the accuracy it rests on
 """
 
@@ -21,7 +22,8 @@ from mecheval.interventions.accuracy import accuracy_fields, accuracy_table
 from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import conv_ablation, conv_window
 from mecheval.interventions.patching import interchange
-from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile
+from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
+from mecheval.interventions.state_readout import state_curve, state_sites
 from mecheval.interventions.verdict import NothingToRead, Verdict, mechanism
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
@@ -42,7 +44,7 @@ def present_sites(names: list[str], patterns: list[str]) -> list[str]:
     return [p for p in patterns if fnmatch.filter(names, p if "." in p else f"layers.*.{p}")]
 
 
-ANALYSES = ("conv-window",)  # optional analyses of `intervene_run` (`--analysis`)
+ANALYSES = ("conv-window", "state")  # optional analyses of `intervene_run` (`--analysis`)
 
 
 def intervene_run(
@@ -65,7 +67,8 @@ def intervene_run(
     verdict reads `outside`). The layer profile (`resid_pre` of every layer and `resid_post` of the
     last) is always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
     on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out`
-    without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet);
+    without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet) and
+    `state` (state_curve.parquet, `state_readout`; models with a recurrent state);
     `method` "gradient" estimates the cells by attribution patching (`interchange`).
     Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance).
     """
@@ -91,10 +94,10 @@ def intervene_run(
     df.to_parquet(run_dir / "interventions.parquet", index=False)
     accuracy_table(lm, batch, masks).to_parquet(run_dir / "accuracy.parquet", index=False)
     window = None
-    for name in ("conv_window.parquet", "conv_ablation.parquet"):
+    for name in ("conv_window.parquet", "conv_ablation.parquet", "state_curve.parquet"):
         (run_dir / name).unlink(missing_ok=True)  # a previous call's
+    outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
     if "conv-window" in analyses and short_convs(lm):
-        outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
         window = conv_window(lm, task, outside, corrupt=corrupt[0], seed=seed)
         window.to_parquet(run_dir / "conv_window.parquet", index=False)
         conv_ablation(lm, outside).to_parquet(run_dir / "conv_ablation.parquet", index=False)
@@ -108,6 +111,11 @@ def intervene_run(
         layer_profile(part, run_dir / "interventions" / f"{role}_profile.png", title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {role}")
     if window is not None and not window.empty:
         conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
+    if "state" in analyses and state_sites(lm):
+        curve = state_curve(lm, task, outside, corrupt=corrupt[0], seed=seed)
+        curve.to_parquet(run_dir / "state_curve.parquet", index=False)
+        state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
+                         title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {corrupt[0]}, n = {len(outside)}")
     readable = direction == "sufficiency" and "resid_pre" in set(df["site"])  # what the verdict reads
     verdict = None
     if readable:

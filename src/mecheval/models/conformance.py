@@ -7,7 +7,8 @@
   recurrent   the step form (init_state + step) equals the parallel form (where a step form exists)
   gradients   every parameter gets a finite, non-zero gradient
   sites       every `Site` in the mixer is named `layers.0.<attr>`, visited by forward in the order it
-              is registered (the order `LM.sites()` lists), [B, T, D_site]
+              is registered (the order `LM.sites()` lists), [B, T, D_site]; a `StateSite` carries a
+              `StateValue` whose state patched with itself at every position changes nothing
   conv slot   d_conv 0: no conv parameters, no `conv_out`; k: exactly the k taps per channel; "long":
               builds and runs (a mixer without a slot refuses d_conv != 0)
   learns      a 2-layer LM of the mixer fits a fixed batch of 2-pair AR (`learn=False` skips it)
@@ -27,6 +28,7 @@ from mecheval.models.longconv import LongConv
 from mecheval.models.mixers import Mixer, MixerSpec, mixer_spec
 from mecheval.models.shortconv import ConvSpec, ShortConv
 from mecheval.models.sites import Site, record
+from mecheval.models.states import StateValue
 
 B, T, D = 2, 24, 16
 CONV_KS = (1, 3)  # the short kernels the slot is checked at
@@ -158,13 +160,27 @@ class Suite:
                 raise Failed(f"d_conv {conv}: forward visits the sites in the order {list(seen)}, not in the order "
                              f"they are registered, {listed} (create the Site modules in forward order)")
             for n in sorted(named):
-                if seen[n].dim() != 3 or tuple(seen[n].shape[:2]) != (B, T):
+                if isinstance(seen[n], StateValue):
+                    self._state_is_consistent(n, seen[n])
+                elif seen[n].dim() != 3 or tuple(seen[n].shape[:2]) != (B, T):
                     raise Failed(f"site {n} carries {list(seen[n].shape)}, not [B={B}, T={T}, D_site]")
             has_conv_out = "layers.0.conv_out" in named
             if has_conv_out != (conv != 0):
                 raise Failed(f"d_conv {conv}: {'a' if has_conv_out else 'no'} conv_out site")
             if conv == self.spec.default_conv and "layers.0.core_out" not in named:
                 raise Failed("no core_out site (the core's output before the output projection)")
+
+    @staticmethod
+    def _state_is_consistent(name: str, value: StateValue) -> None:
+        rows = torch.arange(B)
+        for t in range(T):
+            pos = torch.full((B,), t)
+            h = value.at(rows, pos)
+            if tuple(h.shape) != (B, value.size):
+                raise Failed(f"state site {name}: at() gives {list(h.shape)}, not [B={B}, D_state={value.size}]")
+            moved = value.patched(rows, pos, h).output
+            if not torch.allclose(moved, value.output, atol=ATOL, rtol=ATOL):
+                raise Failed(f"state site {name}: patching the state after {t} with itself changes the output")
 
     def conv_slot(self) -> str | None:
         if not self.spec.has_conv:

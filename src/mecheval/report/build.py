@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
+from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.html import render_html
@@ -81,6 +82,10 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
     "conv_window": "{arch}, where its short conv binds key and value: the clean (sufficiency) or corrupted "
                    "(necessity) conv input or output patched in at key + o, in each layer. A cell near 1 is "
                    "where the association is formed.",
+    "state": "{arch}, what each layer's recurrent state carries: the clean state after the key + o (left) or "
+             "after answer − d (right) patched into the corrupted run (solid; dashed: the corrupted state into the "
+             "clean run), with 95% intervals. Where a curve rises, the association enters that state; its value "
+             "at −1 is what the state carries when the answer is read.",
     "heatmap": "{arch}: key corrupted; clean {site} patched in at each (layer, role). Colour: share of "
                "p(answer) restored (0 nothing, 1 all).",
 }
@@ -259,6 +264,21 @@ def formation_table(best: pd.DataFrame, evidence: dict[str, dict]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def state_table(best: pd.DataFrame) -> pd.DataFrame:
+    """Per best-lr run with a state readout (state_curve.parquet) and per layer: where the association
+    enters the state, how much it restores there, and how much the state carries when the answer is read."""
+    rows = []
+    for _, r in best.iterrows():
+        path = Path(str(r.get("run_dir"))) / "state_curve.parquet"
+        if not path.exists():
+            continue
+        for _, s in state_summary(pd.read_parquet(path)).iterrows():
+            rows.append({"arch": r["arch"], "seed": r["seed"], "mechanism": r.get("verdict"), "layer": int(s["layer"]),
+                         "enters at": f"key+{int(s['enters'])}", "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
+                         "before the answer": with_interval(s["last"], s["last_lo"], s["last_hi"]), "n": int(s["last_n"])})
+    return pd.DataFrame(rows)
+
+
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(lambda v: f"{v:.3g}" if isinstance(v, float) and v == v else ("" if v is None or v != v else v))
 
@@ -277,7 +297,7 @@ def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.
                                         CAPTIONS["attribution_boxes"])
     for _, row in best.sort_values("acc", ascending=False).drop_duplicates("arch").iterrows():
         shown = study_dir / RUNS / row["name"] / "interventions"
-        for kind, file in (("profile", "key_profile.png"), ("conv_window", "conv_window.png")):
+        for kind, file in (("profile", "key_profile.png"), ("conv_window", "conv_window.png"), ("state", "state_curve.png")):
             if (shown / file).exists():
                 out[f"{kind} {row['arch']}"] = ((shown / file).read_bytes(), CAPTIONS[kind].format(arch=row["arch"]))
         # the residual stream first, then the sites inside the mixers (conv_out, core_out, ...)
@@ -359,6 +379,13 @@ def build_report(study_dir: str | Path) -> Report:
                                 "(layer, offset from the queried key) whose clean value restores most of the answer "
                                 "(sufficiency, 95% bootstrap interval), and the accuracy with that layer's conv taps "
                                 "of lag >= 1 zeroed (every position then sees only itself).", formed))
+    states = state_table(best)
+    if not states.empty:
+        sections.append(Section("What the recurrent state carries", "Runs with a recurrent state (`layers.{i}.state`, "
+                                "the state after a position): the clean state patched into the key-corrupted run "
+                                "after key + o; where the restored share first reaches half its most (enters at), "
+                                "that most, and the share restored by the state just before the answer is read "
+                                "(95% bootstrap intervals; n examples outside the conv reach).", states))
     if seeds is not None:
         sections.append(Section("Seeds", "Accuracy over seeds, and attrib@value over the seeds that learned the task.",
                                 _fmt(seeds)))

@@ -5,7 +5,8 @@ Per head h, with feature dimension F (published: F = 8, 1 head):
     φ(x) = [1, x / F^{1/4}, vec(x x^T) / (√2 √F)]      [1 + F + F^2]: 2nd-order Taylor map of exp, so
     φ(q)·φ(k) = 1 + q·k/√F + (q·k)^2 / (2F) ≈ exp(q·k/√F)   (always >= 1/2: the normaliser is safe)
     core_t = sum_{s <= t} (φ(q_t)·φ(k_s)) v_s / (sum_{s <= t} φ(q_t)·φ(k_s) + eps)
-                                                   (site `core_out`, heads concatenated: [B, T, D])
+                                                   (site `core_out`, heads concatenated: [B, T, D];
+                                                   the running sums after t: site `state`, `BasedState`)
     y_t = W_o core_t                               [B, T, D]
 No sliding window and no convolution of its own (the short conv of the Based hybrid is layer 0's
 BaseConv), so `d_conv` must be 0. Training uses the chunked form of
@@ -15,6 +16,7 @@ S = sum_s φ(k_s) v_s^T [B, H, 1+F+F^2, D/H] and z = sum_s φ(k_s) [B, H, 1+F+F^
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -22,9 +24,14 @@ from pydantic import Field
 from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
-from mecheval.models.ops.linear_attention import causal_linear_attention
+from mecheval.models.ops.linear_attention import (
+    causal_linear_attention,
+    linear_attention_patched,
+    linear_attention_state_at,
+)
 from mecheval.models.shortconv import ConvSpec
 from mecheval.models.sites import Site
+from mecheval.models.states import StateSite, StateValue
 
 
 class BasedOptions(MixerOptions):
@@ -41,6 +48,35 @@ def taylor_features(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.ones_like(x[..., :1]), x / dim**0.25, x2], dim=-1)
 
 
+@dataclasses.dataclass(frozen=True)
+class BasedState(StateValue):
+    """The running sums (S_t [H, P, D/H], z_t [H, P]) after each t, concatenated per head; output: core
+    [B, H, T, D/H]. The normaliser makes the output non-linear in the state: a change is recomputed."""
+
+    q: torch.Tensor  # φ(q) [B, H, T, P]
+    k: torch.Tensor  # φ(k) [B, H, T, P]
+    v: torch.Tensor  # [B, H, T, D/H]
+    eps: float
+
+    @property
+    def size(self) -> int:
+        return self.k.shape[1] * self.k.shape[3] * (self.v.shape[3] + 1)
+
+    @property
+    def work(self) -> int:
+        return self.k.shape[1] * self.k.shape[2] * (self.k.shape[2] + self.k.shape[3] + self.v.shape[3])
+
+    def _at(self, rows, pos):
+        S, z = linear_attention_state_at(self.k[rows], self.v[rows], pos)
+        return torch.cat([S, z.unsqueeze(-1)], dim=-1).flatten(1)
+
+    def _change(self, rows, pos, delta):
+        d = delta.view(len(rows), self.k.shape[1], self.k.shape[3], self.v.shape[3] + 1)
+        new = linear_attention_patched(self.q[rows], self.k[rows], self.v[rows], pos, d[..., :-1], d[..., -1], self.eps)
+        acts = torch.arange(self.q.shape[2], device=pos.device)[None] > pos[:, None]  # [n, T]: after pos
+        return torch.where(acts[:, None, :, None], new - self.output[rows], 0)
+
+
 class Based(Mixer):
     has_conv = False
 
@@ -53,6 +89,7 @@ class Based(Mixer):
         self.proj_q = nn.Linear(d_model, options.n_heads * options.feature_dim, bias=False)
         self.proj_k = nn.Linear(d_model, options.n_heads * options.feature_dim, bias=False)
         self.proj_v = nn.Linear(d_model, d_model, bias=False)
+        self.state = StateSite()
         self.core_out = Site()
         self.out = nn.Linear(d_model, d_model, bias=False)
 
@@ -66,6 +103,7 @@ class Based(Mixer):
         B, T, D = x.shape
         q, k, v = (z.transpose(1, 2) for z in self._qkv(x))  # [B, H, T, *]
         core = causal_linear_attention(q, k, v, chunk_size=self.chunk_size, eps=self.eps)
+        core = self.state(BasedState(core, q, k, v, self.eps)).output  # [B, H, T, D/H]
         return self.out(self.core_out(core.transpose(1, 2).reshape(B, T, D)))
 
     def init_state(self, batch_size: int, device=None, dtype=None):

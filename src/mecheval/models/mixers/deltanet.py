@@ -9,7 +9,8 @@ Per head h (H heads of d_h = D / H):
     q, k, v = SiLU(c) split into heads;  q <- q / (|q| sqrt(d_h)),  k <- k / |k|
     β_t = sigmoid(w_β · u_t)                         [B, T, H]
     S_t = S_{t-1} + β_t k_t (v_t - S_{t-1}^T k_t)^T,  core_t = S_t^T q_t     S: [B, H, d_h, d_h]
-                                                     (site `core_out`, heads concatenated: [B, T, D])
+                                                     (site `core_out`, heads concatenated: [B, T, D];
+                                                     S_t after t: site `state`, `DeltaNetState`)
     y = W_o RMSNorm_{d_h}(core)                      [B, T, D]   (RMSNorm per head, learned scale)
 Training runs `ops.dispatch.delta_rule` (on CPU the fused recurrence, else the chunkwise WY/UT form; same
 math); the recurrent view steps the conv state and S.
@@ -18,21 +19,49 @@ Published: 1 head, short conv 4 (fla's `conv_size`, no conv bias), no bias anywh
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
-from mecheval.models.ops.delta_rule import delta_rule_step
+from mecheval.models.ops.delta_rule import delta_rule_state_at, delta_rule_state_response, delta_rule_step
 from mecheval.models.ops.dispatch import delta_rule
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
+from mecheval.models.states import StateSite, StateValue
 
 
 class DeltaNetOptions(MixerOptions):
     n_heads: int = Field(1, gt=0)
     norm_eps: float = Field(1e-5, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaNetState(StateValue):
+    """S_t [H, d_h, d_h] after each t (`ops.delta_rule`'s state forms); output: core [B, T, H, d_h]."""
+
+    q: torch.Tensor  # [B, T, H, d_h]
+    k: torch.Tensor
+    v: torch.Tensor
+    beta: torch.Tensor  # [B, T, H]
+
+    @property
+    def size(self) -> int:
+        return self.k.shape[2] * self.k.shape[3] * self.v.shape[3]
+
+    @property
+    def work(self) -> int:
+        return self.q.shape[1] * self.v[0, 0].numel() + 2 * self.size
+
+    def _at(self, rows, pos):
+        return delta_rule_state_at(self.k[rows], self.v[rows], self.beta[rows], pos).flatten(1)
+
+    def _change(self, rows, pos, delta):
+        dS = delta.view(len(rows), *self.k.shape[2:], self.v.shape[3])
+        return delta_rule_state_response(self.q[rows], self.k[rows], self.beta[rows], pos, dS)
 
 
 class DeltaNet(Mixer):
@@ -46,6 +75,7 @@ class DeltaNet(Mixer):
         if self.conv is not None:
             self.conv_out = Site()
         self.b_proj = nn.Linear(d_model, self.n_heads, bias=False)
+        self.state = StateSite()
         self.core_out = Site()
         self.o_norm = nn.RMSNorm(self.d_head, eps=options.norm_eps)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
@@ -64,7 +94,8 @@ class DeltaNet(Mixer):
         if self.conv is not None:
             c = self.conv_out(self.conv(c))
         q, k, v, beta = self._qkv_beta(c, u)
-        core = self.core_out(delta_rule(q, k, v, beta).flatten(-2))  # [B, T, D]
+        o = self.state(DeltaNetState(delta_rule(q, k, v, beta), q, k, v, beta)).output  # [B, T, H, d_h]
+        core = self.core_out(o.flatten(-2))  # [B, T, D]
         return self._out(core)
 
     def init_state(self, batch_size: int, device=None, dtype=None):

@@ -5,7 +5,8 @@ With H = D / d_h heads of head dim d_h, per head h:
     k̄ = conv(k)                                         the shift SSM on the keys (site `conv_out`, [B, T, D])
     kv_t = k̄_t v_t^T                                    [B, T, H, d_h, d_h]
     s = SSM_diag,h(kv) + D_h kv                         a diagonal SSM per head on every entry of kv
-                                                        (site `core_out`, flattened: [B, T, D · d_h])
+                                                        (site `core_out`, flattened: [B, T, D · d_h]);
+                                                        its state x_t after t: site `state` (`H3State`)
     o_t[h] = s_t[h]^T q_t[h]                             [B, T, H, d_h]   (the multiplicative gate by q)
     y = W_o o                                           [B, T, D]
 SSM_diag is S4D-Lin with M = d_state / 2 complex modes (a real state of d_state), bilinear discretisation:
@@ -31,6 +32,7 @@ them; the study asks for none).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -38,10 +40,16 @@ from pydantic import Field, field_validator
 from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
-from mecheval.models.ops.diag_ssm import diag_ssm_init_state, diag_ssm_step
+from mecheval.models.ops.diag_ssm import (
+    diag_ssm_init_state,
+    diag_ssm_state_at,
+    diag_ssm_state_response,
+    diag_ssm_step,
+)
 from mecheval.models.ops.dispatch import diag_ssm
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
+from mecheval.models.states import StateSite, StateValue
 
 PUBLISHED_STATE = 1024  # zoology's d_state as the study sets it (= n_positions)
 
@@ -58,6 +66,32 @@ class H3Options(MixerOptions):
         if v % 2:
             raise ValueError(f"d_state must be even (M = d_state / 2 complex modes), got {v}")
         return v
+
+
+@dataclasses.dataclass(frozen=True)
+class H3State(StateValue):
+    """The diagonal SSM's state x_t [H, d_h, d_h, M] complex after each t (as 2 · H d_h² M reals), from
+    its input kv (`ops.diag_ssm`'s closed forms); output: s = SSM(kv) + D kv [B, T, H, d_h, d_h]."""
+
+    kv: torch.Tensor  # [B, T, H, d_h, d_h]
+    dA: torch.Tensor  # [H, M] complex
+    dB: torch.Tensor
+    C: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return 2 * self.kv[0, 0].numel() * self.dA.shape[1]
+
+    @property
+    def work(self) -> int:
+        return 4 * self.size  # the complex128 state
+
+    def _at(self, rows, pos):
+        return torch.view_as_real(diag_ssm_state_at(self.kv[rows], self.dA, self.dB, pos)).flatten(1)
+
+    def _change(self, rows, pos, delta):
+        dx = torch.view_as_complex(delta.view(len(rows), *self.kv.shape[2:], self.dA.shape[1], 2).contiguous())
+        return diag_ssm_state_response(self.dA, self.C, self.kv.shape[1], pos, dx)
 
 
 class H3(Mixer):
@@ -81,6 +115,7 @@ class H3(Mixer):
         self.B = nn.Parameter(torch.view_as_real(torch.ones(H, M, dtype=torch.complex64)).clone())  # [H, M, 2]
         self.C = nn.Parameter(torch.view_as_real(torch.randn(H, M, dtype=torch.complex64)).clone())  # [H, M, 2]
         self.D = nn.Parameter(torch.randn(H))
+        self.state = StateSite()
         self.core_out = Site()
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
@@ -107,7 +142,9 @@ class H3(Mixer):
         if self.conv is not None:
             k = self.conv_out(self.conv(k))
         kv = self._kv(k, v)  # [B, T, H, d_h, d_h]
-        s = diag_ssm(kv, *self._discretize(), D=self.D)  # SSM(kv) + D kv (D as the kernel's lag-0 tap)
+        dA, dB, C = self._discretize()
+        s = diag_ssm(kv, dA, dB, C, D=self.D)  # SSM(kv) + D kv (D as the kernel's lag-0 tap)
+        s = self.state(H3State(s, kv, dA, dB, C)).output
         s = self.core_out(s.flatten(-3)).unflatten(-1, kv.shape[-3:])
         return self._out(q, s)
 

@@ -10,6 +10,8 @@ With D_i = expand · D inner channels, N = d_state, R = dt_rank:
     B_t = W_B x'_t,  C_t = W_C x'_t                 [B, T, N]     (input-dependent: the "selection")
     h_t = exp(Δ_t ⊙ A) ⊙ h_{t-1} + (Δ_t ⊙ x'_t) B_t,  A = -exp(A_log)   h: [B, D_i, N]   (ZOH, eq. 2, 4)
     core_t = C_t · h_t + D ⊙ x'_t                     (site `core_out`, [B, T, D_i])
+                                                    h_t, the state after t: site `state` ([D_i · N] per
+                                                    position; `MambaState`, never all positions at once)
     y = W_out (core ⊙ SiLU(z))                      [B, T, D]
 Training runs `ops.dispatch.selective_scan` (the fused CPU kernel by default, else the chunked
 pure-PyTorch scan; same math); the recurrent view steps the conv state and h.
@@ -23,6 +25,7 @@ docs/mamba-published-scale.md for the other differences from the study's code.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -32,9 +35,14 @@ from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.dispatch import selective_scan
-from mecheval.models.ops.selective_scan import selective_scan_step
+from mecheval.models.ops.selective_scan import (
+    selective_scan_state_at,
+    selective_scan_state_response,
+    selective_scan_step,
+)
 from mecheval.models.shortconv import ConvSpec, ShortConv, make_conv
 from mecheval.models.sites import Site
+from mecheval.models.states import StateSite, StateValue
 
 
 class MambaOptions(MixerOptions):
@@ -45,6 +53,31 @@ class MambaOptions(MixerOptions):
     dt_max: float = Field(0.1, gt=0)
     dt_init_floor: float = Field(1e-4, gt=0)
     conv_bias: bool = Field(False, description="a bias after the short conv, as mamba_ssm's conv1d")
+
+
+@dataclasses.dataclass(frozen=True)
+class MambaState(StateValue):
+    """h_t [Di, N] after each t, from the scan's inputs (`ops.selective_scan`'s closed forms); output: y."""
+
+    u: torch.Tensor  # x' [B, T, Di]
+    delta: torch.Tensor  # [B, T, Di]
+    A: torch.Tensor  # [Di, N]
+    Bm: torch.Tensor  # [B, T, N]
+    Cm: torch.Tensor  # [B, T, N]
+
+    @property
+    def size(self) -> int:
+        return self.A.numel()
+
+    @property
+    def work(self) -> int:
+        return self.u.shape[1] * self.A.numel()
+
+    def _at(self, rows, pos):
+        return selective_scan_state_at(self.u[rows], self.delta[rows], self.A, self.Bm[rows], pos).flatten(1)
+
+    def _change(self, rows, pos, delta):
+        return selective_scan_state_response(self.delta[rows], self.A, self.Cm[rows], pos, delta.view(-1, *self.A.shape))
 
 
 class Mamba(Mixer):
@@ -71,6 +104,7 @@ class Mamba(Mixer):
         self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(Di, 1))  # [Di, N]
         self.D = nn.Parameter(torch.ones(Di))
         self.out_proj = nn.Linear(Di, d_model, bias=False)
+        self.state = StateSite()
         self.core_out = Site()
         self._init_dt(options)
 
@@ -97,7 +131,9 @@ class Mamba(Mixer):
             x = self.conv_out(self._conv(x))
         x = F.silu(x)
         delta, Bm, Cm = self._selection(x)
-        core = self.core_out(selective_scan(x, delta, -torch.exp(self.A_log), Bm, Cm, self.D))
+        A = -torch.exp(self.A_log)
+        y = self.state(MambaState(selective_scan(x, delta, A, Bm, Cm, self.D), x, delta, A, Bm, Cm)).output
+        core = self.core_out(y)
         return self.out_proj(core * F.silu(z))
 
     def init_state(self, batch_size: int, device=None, dtype=None):

@@ -63,3 +63,30 @@ def delta_rule(q, k, v, beta, chunk_size: int = 64):
         S = S + k_c.transpose(-1, -2) @ U_c
     o = torch.stack(outs, dim=2)  # [B, H, nc, L, d_v]
     return o.permute(0, 2, 3, 1, 4).reshape(Bsz, nc * L, H, dv)[:, :T]
+
+
+def delta_rule_state_at(k, v, beta, pos):
+    """The state after pos (one per row), by the recurrence up to the latest pos (states are products of
+    non-diagonal transitions, so there is no closed form per position): k [n, T, H, d_k]; v [n, T, H, d_v];
+    beta [n, T, H]; pos [n] -> S [n, H, d_k, d_v]."""
+    S = k.new_zeros(k.shape[0], k.shape[2], k.shape[3], v.shape[-1])
+    out = torch.zeros_like(S)
+    for t in range(int(pos.max()) + 1):
+        _, S = delta_rule_step(k[:, t], k[:, t], v[:, t], beta[:, t], S)
+        out = torch.where((pos == t)[:, None, None, None], S, out)
+    return out
+
+
+def delta_rule_state_response(q, k, beta, pos, dS):
+    """The change of o when the state after pos moves by dS [n, H, d_k, d_v]: the zero-input response
+    dS_s = (I − β_s k_s k_s^T) dS_{s-1} for s > pos (the delta rule with v = 0), Δo_s = dS_s^T q_s;
+    0 for s <= pos. q, k [n, T, H, d_k]; beta [n, T, H] -> Δo [n, T, H, d_v]."""
+    T = q.shape[1]
+    zero_v = dS.new_zeros(dS.shape[0], dS.shape[1], dS.shape[3])
+    out = [torch.zeros_like(zero_v)] * T
+    for s in range(int(pos.min()) + 1, T):
+        o, moved = delta_rule_step(q[:, s], k[:, s], zero_v, beta[:, s], dS)
+        acts = (pos < s)[:, None, None]
+        dS = torch.where(acts[..., None], moved, dS)
+        out[s] = torch.where(acts, o, 0)
+    return torch.stack(out, dim=1)

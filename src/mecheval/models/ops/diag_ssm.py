@@ -83,3 +83,45 @@ def diag_ssm_loop(u, dA, dB, C):
         y, x = diag_ssm_step(u[:, t], dA, dB, C, x)
         ys.append(y)
     return torch.stack(ys, dim=1)
+
+
+def _powers(dA, n: int, dtype) -> torch.Tensor:
+    """dA^l for l < n, taken in polar form in float64 (as `diag_ssm_kernel`): [n, H, M] of `dtype`."""
+    z = dA.to(torch.complex128)
+    ell = torch.arange(n, device=z.device, dtype=torch.float64)[:, None, None]
+    return torch.polar(torch.exp(torch.log(z.abs()) * ell), z.angle() * ell).to(dtype)
+
+
+def _complex(real_dtype) -> torch.dtype:
+    return torch.complex128 if real_dtype == torch.float64 else torch.complex64
+
+
+def diag_ssm_state_at(u, dA, dB, pos):
+    """The state after pos (one per row): x_t = Σ_{r<=t} dA^{t-r} dB u_r, one kernel per distinct pos.
+    u [n, T, H, *E] real; dA, dB [H, M] complex; pos [n] -> x [n, H, *E, M] complex."""
+    n, T, H = u.shape[:3]
+    P = _powers(dA, T, _complex(u.dtype))
+    flat = u.reshape(n, T, H, -1).to(P.dtype)
+    x = flat.new_zeros(n, H, flat.shape[-1], P.shape[-1])
+    for t in pos.unique().tolist():
+        rows = (pos == t).nonzero()[:, 0]
+        K = P[: t + 1].flip(0) * dB.to(P.dtype)  # K_r = dA^{t-r} dB, r <= t
+        x = x.index_put((rows,), torch.einsum("nrhe,rhm->nhem", flat[rows, : t + 1], K))
+    return x.view(n, *u.shape[2:], P.shape[-1])
+
+
+def diag_ssm_state_response(dA, C, T: int, pos, dx):
+    """The change of y when the state after pos moves by dx [n, H, *E, M] complex: for s > pos,
+    Δy_s = 2 Re(Σ_m C_m dA_m^{s-pos} dx_m), 0 for s <= pos -> [n, T, H, *E] real."""
+    n, H, M = dx.shape[0], dx.shape[1], dx.shape[-1]
+    P = _powers(dA, T, dx.dtype)
+    flat = dx.reshape(n, H, -1, M)
+    y = flat.real.new_zeros(n, T, H, flat.shape[2])
+    for t in pos.unique().tolist():
+        if t + 1 >= T:
+            continue
+        rows = (pos == t).nonzero()[:, 0]
+        K = P[1 : T - t] * C.to(P.dtype)  # C dA^{s-t}, s = t+1 .. T-1
+        change = 2 * torch.einsum("nhem,shm->nshe", flat[rows], K).real
+        y = y.index_put((rows[:, None], torch.arange(t + 1, T, device=y.device)[None]), change)
+    return y.view(n, T, *dx.shape[1:-1])

@@ -40,3 +40,21 @@ def causal_linear_attention_quadratic(
     """The reference: the masked T × T score matrix, normalised by its row sums. -> [B, H, T, Dv]."""
     scores = (q @ k.transpose(-1, -2)).tril()
     return (scores @ v) / (scores.sum(-1, keepdim=True) + eps)
+
+
+def linear_attention_state_at(k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
+    """The running sums after pos (one per row): S = Σ_{s<=pos} k_s v_s^T [n, H, P, Dv] and
+    z = Σ_{s<=pos} k_s [n, H, P]; k [n, H, T, P], v [n, H, T, Dv], pos [n]."""
+    keep = (torch.arange(k.shape[2], device=k.device)[None] <= pos[:, None]).to(k.dtype)[:, None, :, None]
+    k = k * keep
+    return k.transpose(-1, -2) @ v, k.sum(-2)
+
+
+def linear_attention_patched(q, k, v, pos, dS, dz, eps: float = 1e-12) -> torch.Tensor:
+    """The output when the sums after pos move by dS [n, H, P, Dv], dz [n, H, P]: for t > pos the numerator
+    gains q_t · dS and the normaliser q_t · dz (the sums carry no decay), by the T × T form -> [n, H, T, Dv]."""
+    scores = (q @ k.transpose(-1, -2)).tril()
+    acts = (torch.arange(q.shape[2], device=q.device)[None] > pos[:, None]).to(q.dtype)[:, None, :, None]
+    num = scores @ v + acts * (q @ dS)
+    den = scores.sum(-1, keepdim=True) + acts * (q @ dz.unsqueeze(-1))
+    return num / (den + eps)
