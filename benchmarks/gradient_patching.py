@@ -6,7 +6,8 @@
    the ratio.
 2. Agreement on trained runs (default: seed 0 of every architecture committed under results/cpu):
    attribution per (site, role) cell by both methods, on the examples outside the conv reach; Spearman's
-   rank correlation, the largest absolute error and the cells off by more than 0.2.
+   rank correlation, the largest absolute error and the cells off by more than 0.2 (the recurrent
+   state sites included).
 
     python benchmarks/gradient_patching.py [--n 256] [--mixer attention] [--pairs 4 16] [--runs RUN_DIR ...] [--threads 1]
 """
@@ -36,7 +37,7 @@ DEFAULT_RUNS = [
     "results/cpu/ar-architectures/runs/preset-hyena_lr-0.003_seed-0",
     "results/cpu/ar-architectures/runs/preset-deltanet_lr-0.003_seed-0",
 ]
-SITES = ["resid_pre", "conv_out", "core_out", "mixer_out", "resid_post"]
+SITES = ["resid_pre", "conv_out", "state", "core_out", "mixer_out", "resid_post"]
 ERROR = 0.2  # a cell whose estimate is off by more than this is listed as wrong
 
 

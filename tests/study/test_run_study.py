@@ -59,12 +59,26 @@ def test_study_json_records_scale_and_time(tiny_study):
     out, _ = tiny_study
     meta = json.loads((out / "study.json").read_text())
     assert meta["preset"] == "tiny" and meta["scale"] == "cpu" and meta["runs"] == 4
-    assert meta["wall_time_s"] == meta["train_s"] + meta["intervene_s"] > 0
+    assert meta["wall_time_s"] == meta["train_s"] + meta["intervene_s"] + meta["timeline_s"] > 0
+
+
+def test_every_run_is_read_over_training_and_the_report_says_when_it_formed(tiny_study):
+    out, report = tiny_study
+    for run in (out / "runs").iterdir():
+        table = pd.read_parquet(run / "timeline.parquet")
+        steps = sorted(set(table["step"]))
+        assert steps == [int(p.stem.removeprefix("step-")) for p in sorted(run.glob("snapshots/step-*.safetensors"))]
+        assert steps[0] == 0 and steps[-1] == json.loads((run / "summary.json").read_text())["steps"]
+    text = report.markdown.read_text()
+    assert "When the mechanism formed" in text and "formed_at" in report.summary
+    assert sorted(p.name for p in (report.html.parent / "figures").glob("timeline_*.png")) == [
+        "timeline_attention.png", "timeline_mamba_d_conv_0.png", "timeline_overlay.png"]
 
 
 def test_rerunning_a_finished_study_retrains_and_reintervenes_nothing(tiny_study):
     out, _ = tiny_study
-    files = sorted(out.glob("runs/*/model.safetensors")) + sorted(out.glob("runs/*/interventions.parquet"))
+    files = [*sorted(out.glob("runs/*/model.safetensors")), *sorted(out.glob("runs/*/interventions.parquet")),
+             *sorted(out.glob("runs/*/timeline.parquet"))]
     before = {f: f.stat().st_mtime_ns for f in files}
     run_study(TINY, out, workers=1, n_examples=64, quiet=True)
     assert {f: f.stat().st_mtime_ns for f in files} == before

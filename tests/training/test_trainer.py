@@ -211,3 +211,57 @@ def test_early_stop_ends_the_run_after_patience_evaluations_at_the_threshold(tmp
 def test_early_stop_split_must_be_evaluated(tiny_config):
     with pytest.raises(ConfigError, match="early_stop.split 'heldout' is not evaluated"):
         tiny_config(**{"early_stop": {"split": "heldout"}})
+
+
+# ------------------------------------------------------------------------------------------ snapshots
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from mecheval.training.config import Snapshots  # noqa: E402
+from mecheval.training.run_dir import load_snapshot, snapshot_steps  # noqa: E402
+
+
+@settings(max_examples=50, deadline=None)
+@given(total=st.integers(1, 5000), every=st.none() | st.integers(1, 700), log=st.none() | st.integers(2, 30))
+def test_snapshot_schedule_holds_0_the_last_step_and_what_was_asked(total, every, log):
+    if every is None and log is None:
+        with pytest.raises(ValueError, match="every, log or steps"):
+            Snapshots()
+        return
+    steps = Snapshots(every=every, log=log).schedule(total)
+    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == total
+    assert all(0 <= s <= total for s in steps)
+    if every:
+        assert set(range(every, total + 1, every)) <= set(steps)
+    if log:
+        assert 1 in steps and len(steps) <= (total // every if every else 0) + log + 2
+
+
+def test_snapshots_keep_the_weights_at_their_steps_and_change_nothing_else(tmp_path, tiny_config):
+    plain = tiny_config()
+    snap = tiny_config(snapshots={"every": 8, "steps": [3]})
+    assert snap.fingerprint() == plain.fingerprint()  # not part of the run's identity
+    train(plain, tmp_path / "plain", quiet=True)
+    train(snap, tmp_path / "snap", quiet=True)
+    assert not (tmp_path / "plain" / "snapshots").exists()  # off by default
+    assert snapshot_steps(tmp_path / "snap") == [0, 3, 8, 16, 24]
+    final = weights(tmp_path / "snap")
+    assert all(torch.equal(final[k], weights(tmp_path / "plain")[k]) for k in final)
+    lm = build_model(snap.model)
+    load_snapshot(lm, tmp_path / "snap", 24)
+    assert all(torch.equal(v, final[k]) for k, v in lm.state_dict().items())
+    load_snapshot(lm, tmp_path / "snap", 8)
+    assert not torch.equal(lm.state_dict()["embed.weight"], final["embed.weight"])  # an earlier point, not a copy
+
+
+def test_a_snapshot_of_another_config_or_step_is_refused(tmp_path, tiny_config):
+    train(tiny_config(snapshots={"every": 12}), tmp_path / "run", quiet=True)
+    lm = build_model(tiny_config().model)
+    with pytest.raises(CheckpointError, match="no snapshot at step 5"):
+        load_snapshot(lm, tmp_path / "run", 5)
+    other = RunDir(tmp_path / "other")
+    train(tiny_config(seed=3, snapshots={"every": 12}), other.path, quiet=True)
+    (other / "snapshots" / "step-0000012.safetensors").replace(tmp_path / "run" / "snapshots" / "step-0000012.safetensors")
+    with pytest.raises(CheckpointError, match="another config"):
+        load_snapshot(lm, tmp_path / "run", 12)

@@ -2,6 +2,8 @@
 
 Writes into each run directory `interventions.parquet` (all corrupt roles), `verdict.json`, and
 `interventions/{corrupt}_{site}.png` (layer × position heatmaps); prints the verdict table.
+`--over-training` instead reads the run's snapshots: `timeline.parquet` (the readouts at every kept
+step, `interventions.timeline`) and a table of when the final mechanism formed.
 The arguments are checked against the runs' tasks and models before any run is touched; a run
 that cannot be read is reported and skipped, the others go on (exit 1 if any failed).
 """
@@ -30,6 +32,7 @@ def register(app: typer.Typer) -> None:
         direction: Annotated[str, typer.Option(help="sufficiency | necessity")] = "sufficiency",
         analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value); state (the answer each layer's recurrent state carries after the key, …, up to the answer).")] = [],
         method: Annotated[str, typer.Option(help="exact (one patched run per cell) | gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward)")] = "exact",
+        over_training: Annotated[bool, typer.Option("--over-training", help="The readouts at every snapshot of each run (timeline.parquet); only snapshots not yet read are computed.")] = False,
     ) -> None:
         """Interchange interventions per run: interventions.parquet, heatmaps, and the mechanism verdicts."""
         from rich.console import Console
@@ -59,6 +62,9 @@ def register(app: typer.Typer) -> None:
             table.add_column(col, no_wrap=True)
         table.add_column("detail", overflow="fold")
         check_arguments(runs, corrupt, sites, positions or [], split)
+        if over_training:
+            _over_training(path, runs, corrupt[0], n, seed)
+            return
         failed = []
         for run_dir in tqdm(runs, desc="intervene", unit="run", disable=len(runs) == 1):
             name = str(run_dir.relative_to(path)) if run_dir != path else run_dir.name
@@ -79,6 +85,35 @@ def register(app: typer.Typer) -> None:
         if failed:
             typer.echo(f"error: {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}", err=True)
             raise typer.Exit(1)
+
+
+def _over_training(path: Path, runs: list[Path], corrupt: str, n: int, seed: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from tqdm import tqdm
+
+    from mecheval.interventions.timeline import formed_at, timeline
+
+    table = Table(title=f"over training: corrupt {corrupt}, {n} test examples, read outside the conv reach")
+    for col in ("run", "snapshots", "final verdict", "formed at step", "acc at formation"):
+        table.add_column(col, overflow="fold")
+    failed = []
+    for run_dir in tqdm(runs, desc="timeline", unit="run", disable=len(runs) == 1):
+        name = str(run_dir.relative_to(path)) if run_dir != path else run_dir.name
+        try:
+            t = timeline(run_dir, n=n, corrupt=corrupt, seed=seed, quiet=len(runs) > 1)
+        except Exception as e:  # one bad run is reported and skipped
+            failed.append(name)
+            tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)
+            continue
+        per_step = t.drop_duplicates("step").sort_values("step")
+        step = formed_at(t)
+        acc = "" if step is None else f"{per_step.set_index('step').loc[step, 'acc']:.2f}"
+        table.add_row(name, str(len(per_step)), str(per_step["verdict"].iloc[-1]), "–" if step is None else str(step), acc)
+    Console().print(table)
+    if failed:
+        typer.echo(f"error: {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}", err=True)
+        raise typer.Exit(1)
 
 
 def check_arguments(runs: list[Path], corrupt: list[str], sites: list[str], positions: list[str], split: str) -> None:

@@ -77,26 +77,29 @@ def gradient_cells(
         inputs = [moves[n] if n in states else acts[n] for n in names]
         grad_p = torch.autograd.grad(p_base.sum(), inputs, retain_graph=True, allow_unused=True)
         grad_logit = torch.autograd.grad(logit_base.sum(), inputs, allow_unused=True)
-    grads = {n: (gp, gl) for n, gp, gl in zip(names, grad_p, grad_logit)}
+    # per site, the first-order change of each score from patching each position alone: [B, T] (a tensor
+    # site; a cell of K positions adds its K entries) or, per asked position, [B] (a state site)
+    changes: dict[str, tuple] = {}
+    with torch.no_grad():
+        for n, gp, gl in zip(names, grad_p, grad_logit):
+            if n in states:
+                diff = [src[n].at(flat, where[k][:, 0]) - seen[n].at(flat, where[k][:, 0]) for k in states[n]]
+                changes[n] = tuple(None if g is None else {k: (d * g[j * B : (j + 1) * B]).sum(-1)
+                                                           for j, (k, d) in enumerate(zip(states[n], diff))}
+                                   for g in (gp, gl))
+            else:
+                diff = src[n] - acts[n].detach()  # [B, T, D_site]
+                changes[n] = tuple(None if g is None else (diff * g).sum(-1) for g in (gp, gl))
     p_patched, logit_patched = [], []
     for cell in cells:
-        pos = where[cell.position]  # [B, K]
-        if cell.site in states:
-            j = states[cell.site].index(cell.position)
-            with torch.no_grad():
-                delta = (src[cell.site].at(flat, pos[:, 0]) - seen[cell.site].at(flat, pos[:, 0]))[:, None]
-
-            def at(g, j=j):  # [B, 1, D_state]: the rows of this position's leaf
-                return g[j * B : (j + 1) * B, None]
-        else:
-            delta = src[cell.site][rows, pos] - acts[cell.site][rows, pos].detach()  # [B, K, D]
-
-            def at(g, pos=pos):
-                return g[rows, pos]
-
-        for out, base_score, g in ((p_patched, p_base, grads[cell.site][0]), (logit_patched, logit_base, grads[cell.site][1])):
-            change = torch.zeros_like(base_score) if g is None else (delta * at(g)).flatten(1).sum(1)
-            out.append((base_score.detach() + change).cpu())
+        for out, base_score, change in zip((p_patched, logit_patched), (p_base, logit_base), changes[cell.site]):
+            if change is None:
+                delta = torch.zeros_like(base_score)
+            elif cell.site in states:
+                delta = change[cell.position]
+            else:
+                delta = change[rows, where[cell.position]].sum(1)
+            out.append((base_score.detach() + delta).cpu())
     return dict(
         p_base=p_base.detach().cpu(), logit_base=logit_base.detach().cpu(), p_source=p_source.cpu(),
         logit_source=logit_source.cpu(), p_patched=torch.stack(p_patched), logit_patched=torch.stack(logit_patched),

@@ -47,6 +47,18 @@ def present_sites(names: list[str], patterns: list[str]) -> list[str]:
 ANALYSES = ("conv-window", "state")  # optional analyses of `intervene_run` (`--analysis`)
 
 
+def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int = 0) -> pd.DataFrame | None:
+    """The state readout (`state_readout.state_curve`) of a model with state sites on `batch` (the examples
+    outside the conv reach): RUN_DIR/state_curve.parquet and interventions/state_curve.png; None without."""
+    if not state_sites(lm):
+        return None
+    curve = state_curve(lm, task, batch, corrupt=corrupt, seed=seed)
+    curve.to_parquet(run_dir / "state_curve.parquet", index=False)
+    state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
+                     title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {corrupt}, n = {len(batch)}")
+    return curve
+
+
 def intervene_run(
     run_dir: Path,
     corrupt: list[str],
@@ -111,11 +123,8 @@ def intervene_run(
         layer_profile(part, run_dir / "interventions" / f"{role}_profile.png", title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {role}")
     if window is not None and not window.empty:
         conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
-    if "state" in analyses and state_sites(lm):
-        curve = state_curve(lm, task, outside, corrupt=corrupt[0], seed=seed)
-        curve.to_parquet(run_dir / "state_curve.parquet", index=False)
-        state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
-                         title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {corrupt[0]}, n = {len(outside)}")
+    if "state" in analyses:
+        write_state_readout(run_dir, lm, task, outside, corrupt[0], seed)
     readable = direction == "sufficiency" and "resid_pre" in set(df["site"])  # what the verdict reads
     verdict = None
     if readable:

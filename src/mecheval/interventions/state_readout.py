@@ -62,8 +62,8 @@ def state_curve(
 
 
 def state_summary(curve: pd.DataFrame) -> pd.DataFrame:
-    """Per layer, from the sufficiency rows: `enters` (the first offset from the key whose state restores
-    at least half of the layer's most), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the
+    """Per layer whose state restores anything, from the sufficiency rows: `enters` (the first offset from
+    the key whose state restores at least half of the layer's most), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the
     state just before the answer is read, offset −1 from it, with `last_lo`, `last_hi`, `last_n`)."""
     suff = curve[curve["direction"] == "sufficiency"]
     rows = []
@@ -71,6 +71,8 @@ def state_summary(curve: pd.DataFrame) -> pd.DataFrame:
         key = part[part["align"] == "key"].sort_values("offset")
         last = part[(part["align"] == "answer") & (part["offset"] == -1)]
         if key.empty or last.empty:
+            continue
+        if not (key["attrib"] > 0).any():  # nothing restored anywhere (e.g. a model that did not learn)
             continue
         best, end = key.loc[key["attrib"].idxmax()], last.iloc[0]
         rows.append({

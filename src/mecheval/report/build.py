@@ -25,6 +25,7 @@ from mecheval.report.html import render_html
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
 from mecheval.report.results import study_table
+from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
 from mecheval.sweeps.runner import RUNS
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
@@ -86,6 +87,11 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
              "after answer − d (right) patched into the corrupted run (solid; dashed: the corrupted state into the "
              "clean run), with 95% intervals. Where a curve rises, the association enters that state; its value "
              "at −1 is what the state carries when the answer is read.",
+    "timeline": "{arch} over training: accuracy (dashed) and the clean residual patched in at the key, value "
+                "and query at the final verdict's read point, at every kept step (95% bands); the band along the "
+                "top is the verdict at that step, the dotted line the step from which it stays the final one.",
+    "timeline_overlay": "Every best-lr run over training: accuracy (left) and @value at its final read point "
+                        "(right) against step, coloured by architecture.",
     "heatmap": "{arch}: key corrupted; clean {site} patched in at each (layer, role). Colour: share of "
                "p(answer) restored (0 nothing, 1 all).",
 }
@@ -283,9 +289,11 @@ def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(lambda v: f"{v:.3g}" if isinstance(v, float) and v == v else ("" if v is None or v != v else v))
 
 
-def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.DataFrame) -> dict[str, tuple[bytes, str]]:
+def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.DataFrame,
+             timelines: dict) -> dict[str, tuple[bytes, str]]:
     """name -> (PNG, caption): the study's figures, then per architecture (its most accurate best-lr run)
-    the layer profile, the conv window and the heatmaps `mecheval intervene` drew."""
+    the layer profile, the conv window, the state readout, the timeline and the heatmaps `mecheval
+    intervene` drew."""
     palette = figures.colours(list(dict.fromkeys(summary["arch"])))
     out = {"accuracy": (figures.to_png(figures.accuracy_figure(accuracy_bars(summary), palette)), CAPTIONS["accuracy"])}
     if summary["attrib@value"].notna().any():
@@ -295,8 +303,13 @@ def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.
         if (with_verdict["verdict"] != "not learned").any():
             out["attribution_boxes"] = (figures.to_png(figures.boxes_figure(with_verdict, palette)),
                                         CAPTIONS["attribution_boxes"])
+    if timelines:
+        out["timeline overlay"] = (figures.to_png(overlay_figure(best, timelines, palette)), CAPTIONS["timeline_overlay"])
     for _, row in best.sort_values("acc", ascending=False).drop_duplicates("arch").iterrows():
         shown = study_dir / RUNS / row["name"] / "interventions"
+        if row.get("run_dir") in timelines:
+            fig = run_figure(timelines[row["run_dir"]][0], f"{row['arch']} (seed {row['seed']})")
+            out[f"timeline {row['arch']}"] = (figures.to_png(fig), CAPTIONS["timeline"].format(arch=row["arch"]))
         for kind, file in (("profile", "key_profile.png"), ("conv_window", "conv_window.png"), ("state", "state_curve.png")):
             if (shown / file).exists():
                 out[f"{kind} {row['arch']}"] = ((shown / file).read_bytes(), CAPTIONS[kind].format(arch=row["arch"]))
@@ -341,6 +354,11 @@ def build_report(study_dir: str | Path) -> Report:
     findings = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in meta.get("findings", [])]
     evidence = conv_evidence_by_run(best)
     formed_by_arch = _formed(best, evidence)
+    timelines = formation_steps(best)
+    if timelines:  # per row, the step each seed's final mechanism formed at (`–`: never, or not learned)
+        steps = {d: ("–" if s is None else str(s)) for d, (_, s) in timelines.items()}
+        by_arch = best.groupby("arch", sort=False)["run_dir"].agg(lambda ds: ", ".join(steps[d] for d in ds if d in steps))
+        summary["formed_at"] = summary["arch"].map(by_arch).fillna("")
     overview = overview_text(summary, formed_by_arch, [(c, o.status) for c, o in findings])
     glance = overview_table(summary, formed_by_arch)
     summary.to_csv(study_dir / "summary.csv", index=False)
@@ -348,7 +366,7 @@ def build_report(study_dir: str | Path) -> Report:
 
     fig_dir = study_dir / "figures"
     fig_dir.mkdir(exist_ok=True)
-    pngs = _figures(study_dir, df, summary, best)
+    pngs = _figures(study_dir, df, summary, best, timelines)
     example = _example(study_dir, best)
     files = {}
     for name, (data, _) in pngs.items():
@@ -379,6 +397,11 @@ def build_report(study_dir: str | Path) -> Report:
                                 "(layer, offset from the queried key) whose clean value restores most of the answer "
                                 "(sufficiency, 95% bootstrap interval), and the accuracy with that layer's conv taps "
                                 "of lag >= 1 zeroed (every position then sees only itself).", formed))
+    over_training = timeline_table(best, timelines)
+    if not over_training.empty:
+        sections.append(Section("When the mechanism formed", "Runs trained with snapshots: the readouts above at "
+                                "every kept step (`timeline.parquet`), on the same examples. Formed at: the first "
+                                "kept step from which the verdict stays the final one.", over_training))
     states = state_table(best)
     if not states.empty:
         sections.append(Section("What the recurrent state carries", "Runs with a recurrent state (`layers.{i}.state`, "

@@ -102,7 +102,8 @@ def overview_table(summary: pd.DataFrame, formed: dict[str, dict]) -> pd.DataFra
         pub = ", ".join(parts) or "–"
         rows.append({"architecture": _label(r, summary), "accuracy [95% CI]": accuracy_words(r),
                      "mechanism (ours)": mechanism_words(r, formed.get(r["arch"])), "published": pub,
-                     "agrees": r["agree"] or "–"})
+                     "agrees": r["agree"] or "–"}
+                    | ({"formed at step": r["formed_at"] or "–"} if "formed_at" in summary else {}))
     return pd.DataFrame(rows)
 
 

@@ -45,6 +45,7 @@ def print_summary(report: Report, console: Console | None = None) -> None:
         ("", lambda r: f"[{STYLE[r['agree']]}]{r['agree']}[/]" if r["agree"] in STYLE else "", True, True),
         *((f"@{pos}", lambda r, pos=pos: "–" if r["verdict"] == "not learned" else _num(r[f"attrib@{pos}"]), False, True)
           for pos in ("key", "value", "query")),
+        ("formed at", lambda r: _text(r.get("formed_at")), True, "formed_at" in summary),
         ("detail", lambda r: _text(r.get("detail")), True, "detail" in summary),
     ]
     columns = [c for c in columns if c[3]]

@@ -28,12 +28,14 @@ ATR_GRAMMARS = ["easy", "medium", "large_vocab"]
 
 
 def _base(task: dict, scale: str, steps_paper: int, steps_cpu: int) -> dict:
-    """The training config shared by every run of a study at one scale (published optimiser)."""
+    """The training config shared by every run of a study at one scale (published optimiser); the weights
+    are kept at snapshots for the readouts over training (`interventions.timeline`)."""
     if scale == "paper":  # the published fixed training set: 100,032 examples replayed for the epochs
         return {"task": task, "model": {"d_model": 64}, "steps": steps_paper, "batch_size": 32,
-                "train_size": PAPER_TRAIN_SIZE, "eval": {"every": 2000, "size": 1024}, "checkpoint_every": 2000}
+                "train_size": PAPER_TRAIN_SIZE, "eval": {"every": 2000, "size": 1024}, "checkpoint_every": 2000,
+                "snapshots": {"every": 5000, "log": 8}}
     return {"task": task, "model": {"d_model": 64}, "steps": steps_cpu, "batch_size": 128,
-            "eval": {"every": 500, "size": 512}, "checkpoint_every": 500}
+            "eval": {"every": 500, "size": 512}, "checkpoint_every": 500, "snapshots": {"every": 250}}
 
 
 def _arch(preset: str, **fields) -> dict:
@@ -122,6 +124,7 @@ def _select_archs(points: list[dict], wanted: list[str], study: str) -> list[dic
 
 
 SCALES = ("cpu", "paper")
+TIMELINE_EXAMPLES = 256  # examples of the readouts at each snapshot (the final readout uses the study's n)
 AR_STEPS = (50_016, 3_000)
 ATR_STEPS = (100_032, 3_000)  # ATR: the same data sizes as AR but 32 epochs
 
@@ -136,7 +139,7 @@ STUDIES: dict[str, Study] = {
             task=AR_PAPER, cpu_task=AR_CPU,
             archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)],
             steps=AR_STEPS, findings=("attention_induction", "mamba_direct", "mamba_conv_forms", "mamba_noconv_fails"),
-            analyses=("conv-window",),
+            analyses=("conv-window", "state"),
         ),
         Study(
             name="ar-architectures",
@@ -144,7 +147,7 @@ STUDIES: dict[str, Study] = {
             description="The zoo on AR: accuracy by width, best learning rate, mechanism per architecture.",
             cpu_drops="one width (64), learning rates {1e-3, 3e-3}, 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch(a) for a in ZOO], steps=AR_STEPS, cpu_lrs=[1e-3, 3e-3],
-            analyses=("conv-window",),
+            analyses=("conv-window", "state"),
             findings=("attention_induction", "based_induction", "mamba_direct", "mamba_conv_forms", "h3_hyena_poor"),
         ),
         Study(
@@ -153,7 +156,7 @@ STUDIES: dict[str, Study] = {
             description="Mamba with d_conv 0/1/2/3/4 on AR; interventions on the residual and inside the mixer.",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("mamba", d_conv=k) for k in (0, 1, 2, 3, 4)],
-            steps=AR_STEPS, sites=("resid_pre", "conv_out", "core_out"), analyses=("conv-window",),
+            steps=AR_STEPS, sites=("resid_pre", "conv_out", "core_out"), analyses=("conv-window", "state"),
             findings=("mamba_direct", "mamba_conv_forms", "mamba_noconv_fails"),
         ),
         Study(
@@ -162,7 +165,7 @@ STUDIES: dict[str, Study] = {
             description="Based with its layer-0 convolution of kernel 1/2/3/4 or a long convolution, on AR.",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU, archs=[_arch("based", d_conv=[k, 0]) for k in (1, 2, 3, 4, "long")],
-            analyses=("conv-window",),
+            analyses=("conv-window", "state"),
             steps=AR_STEPS, findings=("based_induction", "based_long_fails"),
         ),
         Study(

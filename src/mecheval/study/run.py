@@ -2,10 +2,11 @@
 
     OUT/sweep.yaml, OUT/runs/<name>/...   the sweep (see mecheval.sweeps)
     OUT/runs/<name>/interventions.parquet, verdict.json, interventions/*.png
+    OUT/runs/<name>/timeline.parquet      the readouts at every snapshot (snapshots/, not committed)
     OUT/runs.parquet                      every run, config fields and summary metrics
     OUT/study.json                        preset, scale, what the cpu scale drops, timings
     OUT/report.md, OUT/report.html        the report (mecheval.report)
-Re-running skips finished runs and runs that already have their interventions.
+Re-running skips finished runs, runs that already have their interventions and snapshots already read.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from tqdm import tqdm
 
 from mecheval.common import describe
 from mecheval.interventions.runs import intervene_run
+from mecheval.interventions.timeline import timeline
+from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
 from mecheval.report.build import STUDY_JSON
-from mecheval.study.presets import STUDIES, Study
+from mecheval.study.presets import STUDIES, TIMELINE_EXAMPLES, Study
 from mecheval.sweeps import SweepConfig, collect, run_sweep
 from mecheval.sweeps.runner import RUNS
 from mecheval.common import atomic_write_text
@@ -77,6 +80,14 @@ def run_study(
             tqdm.write(f"skipped interventions of {run_dir.name}: {describe(e)}", file=sys.stderr)
     times["intervene_s"] = time.perf_counter() - start
 
+    start = time.perf_counter()  # the readouts over training, where snapshots were kept (only new ones)
+    for run_dir in tqdm([d for d in runs if snapshot_steps(d)], desc="timeline", unit="run", disable=quiet):
+        try:
+            timeline(run_dir, n=TIMELINE_EXAMPLES, corrupt=study.corrupt[0], min_effect=study.min_effect)
+        except Exception as e:  # reported and skipped, as an intervention failure is
+            tqdm.write(f"skipped the timeline of {run_dir.name}: {describe(e)}", file=sys.stderr)
+    times["timeline_s"] = time.perf_counter() - start
+
     collect(out).to_parquet(out / "runs.parquet", index=False)
     previous = json.loads((out / STUDY_JSON).read_text()) if (out / STUDY_JSON).exists() else {}
     meta = {
@@ -86,6 +97,6 @@ def run_study(
         # a resumed study adds this call's time to what earlier calls spent
         **{k: previous.get(k, 0.0) + v for k, v in times.items()},
     }
-    meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"]
+    meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"] + meta.get("timeline_s", 0.0)
     atomic_write_text(out / STUDY_JSON, json.dumps(meta, indent=2) + "\n")
     return build_report(out)

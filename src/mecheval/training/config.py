@@ -64,6 +64,34 @@ class EarlyStop(_Strict):
     split: str = "test"
 
 
+class Snapshots(_Strict):
+    """Weights kept at chosen steps (`snapshots/step-{s:07d}.safetensors`, weights only): step 0, every
+    `every` steps, `log` steps spaced evenly in log(step) up to the last, the listed `steps`, and the
+    last step. They do not change the run (not part of its identity); `mecheval intervene RUN
+    --over-training` reads them."""
+
+    every: int | None = Field(None, gt=0)
+    log: int | None = Field(None, gt=1, description="how many log-spaced steps")
+    steps: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _something(self) -> "Snapshots":
+        if self.every is None and self.log is None and not self.steps:
+            raise ValueError("snapshots: give every, log or steps")
+        if any(s < 0 for s in self.steps):
+            raise ValueError(f"snapshots.steps must be >= 0, got {self.steps}")
+        return self
+
+    def schedule(self, total: int) -> list[int]:
+        """The steps (0 … total) whose weights are kept, sorted."""
+        out = {0, total, *(s for s in self.steps if s <= total)}
+        if self.every:
+            out |= set(range(self.every, total + 1, self.every))
+        if self.log:
+            out |= {round(total ** (i / (self.log - 1))) for i in range(self.log)}
+        return sorted(out)
+
+
 class Resources(_Strict):
     """What one run asks for: Ray task resources, and the torch threads of a Ray task or of
     `mecheval train` (int(num_cpus)); local sweep workers use one thread each."""
@@ -93,6 +121,7 @@ class TrainConfig(_Strict):
     early_stop: EarlyStop | None = None
     log_every: int = Field(10, gt=0)
     checkpoint_every: int = Field(500, gt=0)
+    snapshots: Snapshots | None = None
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     bf16: bool = Field(False, description="bf16 autocast; only on CUDA (ignored on CPU)")
@@ -122,7 +151,7 @@ class TrainConfig(_Strict):
         return self
 
     def identity(self) -> dict:
-        """The fields that change the weights or metrics (not device, checkpoints, resources, loggers)."""
+        """The fields that change the weights or metrics (not device, checkpoints, snapshots, resources, loggers)."""
         return self.model_dump(mode="json", exclude=NOT_IDENTITY)
 
     def fingerprint(self) -> str:
@@ -130,7 +159,7 @@ class TrainConfig(_Strict):
         return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-NOT_IDENTITY = {"device", "checkpoint_every", "resources", "loggers"}
+NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers"}
 
 
 def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:

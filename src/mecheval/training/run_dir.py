@@ -5,6 +5,7 @@
     checkpoint.safetensors   training state while the run is unfinished (removed once it finishes)
     model.safetensors        final weights
     summary.json             final accuracy per split, steps, wall time, tokens/s, versions (last file)
+    snapshots/step-*.safetensors   weights at the `snapshots` steps (when configured; weights only)
     worker.json              pid and host of the process training the run (informational)
     .lock                    held by the process training the run (see mecheval.training.lock)
     error.log                tracebacks of failed attempts (a sweep's runs)
@@ -25,6 +26,16 @@ from mecheval.training.config import ConfigError, TrainConfig, validate_config
 CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
     "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
 )
+SNAPSHOTS = "snapshots"
+
+
+def snapshot_name(step: int) -> str:
+    return f"{SNAPSHOTS}/step-{step:07d}.safetensors"
+
+
+def snapshot_steps(run_dir: str | Path) -> list[int]:
+    """The steps whose snapshot a run directory holds, sorted."""
+    return sorted(int(p.stem.removeprefix("step-")) for p in (Path(run_dir) / SNAPSHOTS).glob("step-*.safetensors"))
 
 
 class RunDir:
@@ -96,6 +107,20 @@ class RunDir:
             return
         records = self.read_metrics(max_step)
         atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def load_snapshot(lm, run_dir: str | Path, step: int) -> None:
+    """Loads the run's weights at `step` (its snapshot) into `lm`; CheckpointError for a snapshot that is
+    missing, corrupt, or written by a run with another config (a stale file is never read as this run's)."""
+    run = RunDir(run_dir)
+    path = run / snapshot_name(step)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no snapshot at step {step}; the run has {snapshot_steps(run.path)}")
+    tensors, meta = read_tensors(path)
+    want = run.read_config().fingerprint()
+    if meta.get("fingerprint") != want:
+        raise CheckpointError(f"{path}: written by a run with another config (fingerprint {meta.get('fingerprint')}, this run {want})")
+    load_weights(lm, tensors, path)
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):

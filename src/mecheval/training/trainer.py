@@ -32,7 +32,7 @@ from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
 from mecheval.training.lock import DirLock
 from mecheval.training.loggers import open_loggers
-from mecheval.training.run_dir import CHECKPOINT, CONFIG, METRICS, MODEL, SUMMARY, WORKER, RunDir
+from mecheval.training.run_dir import CHECKPOINT, CONFIG, METRICS, MODEL, SUMMARY, WORKER, RunDir, snapshot_name
 from mecheval.training.schedule import lr_at
 
 
@@ -166,13 +166,14 @@ class Trainer:
         self.evals = {k: v.to(self.device) for k, v in eval_sets(self.task, cfg.eval.splits, cfg.eval.size, cfg.eval.seed).items()}
         self.step, self.wall_s, self.tokens = 0, 0.0, 0
         self.accum = self._zero_accum()
-        for stale in run.path.glob(".*.tmp-*"):  # a write cut short by a kill
+        for stale in [*run.path.glob(".*.tmp-*"), *run.path.glob("snapshots/.*.tmp-*")]:  # writes cut short by a kill
             stale.unlink()
         if (run / CHECKPOINT).exists():
             accum, state = load_checkpoint(run / CHECKPOINT, self.lm, self.opt, cfg.fingerprint())
             self.accum = {k: v.to(self.device) for k, v in accum.items()}
             self.step, self.wall_s, self.tokens = state["step"], state["wall_s"], state["tokens"]
         run.truncate_metrics(self.step)
+        self.snapshot_at = set(cfg.snapshots.schedule(cfg.steps)) if cfg.snapshots else set()
         self.evals_seen = [m["eval"] for m in run.read_metrics() if "eval" in m]  # for the early stop
 
     def _zero_accum(self) -> dict[str, torch.Tensor]:
@@ -223,6 +224,13 @@ class Trainer:
         evals = self.evals_seen[-rule.patience:]
         return len(evals) == rule.patience and all(e[rule.split]["acc"] >= rule.acc for e in evals)
 
+    def snapshot(self) -> None:
+        """The weights now, if this step is in the snapshot schedule (rewritten identically on a resume)."""
+        if self.step in self.snapshot_at:
+            path = self.run / snapshot_name(self.step)
+            path.parent.mkdir(exist_ok=True)
+            atomic_save_tensors(path, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint(), "step": str(self.step)})
+
     def checkpoint(self) -> None:
         state = {"step": self.step, "wall_s": self.wall_s, "tokens": self.tokens, "fingerprint": self.cfg.fingerprint(),
                  "data": self.stream.state()}
@@ -236,6 +244,8 @@ class Trainer:
         wall_start = self.wall_s
         try:
             with stop_on_signals(), open(self.run / METRICS, "a") as metrics:
+                if self.step == 0:
+                    self.snapshot()
                 while self.step < cfg.steps and not self.stopped_early():
                     if STOP.is_set():
                         self.checkpoint()
@@ -245,6 +255,7 @@ class Trainer:
                     self.train_step(batch.to(self.device))
                     self.wall_s = wall_start + time.perf_counter() - t_start
                     bar.update(1)
+                    self.snapshot()
                     if self.due(cfg.log_every) or self.due(cfg.eval.every):
                         rec = self.record((self.tokens - tokens_start) / max(self.wall_s - wall_start, 1e-9))
                         metrics.write(json.dumps(rec) + "\n")
@@ -265,6 +276,9 @@ class Trainer:
     def finish(self) -> dict:
         """Writes the final weights and summary.json (the mark of a finished run), drops the checkpoint."""
         last = self.run.read_metrics()[-1]
+        if self.snapshot_at:  # an early stop ends before the schedule's last step: keep where it ended
+            self.snapshot_at.add(self.step)
+            self.snapshot()
         atomic_save_tensors(self.run / MODEL, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint()})
         summary = {
             "steps": self.step,
