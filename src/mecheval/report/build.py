@@ -271,12 +271,13 @@ def formation_table(best: pd.DataFrame, evidence: dict[str, dict]) -> pd.DataFra
 
 
 def state_table(best: pd.DataFrame) -> pd.DataFrame:
-    """Per best-lr run with a state readout (state_curve.parquet) and per layer: where the association
-    enters the state, how much it restores there, and how much the state carries when the answer is read."""
+    """Per best-lr run that learned the task, with a state readout (state_curve.parquet), and per layer: where
+    the association enters the state, how much it restores there, and how much the state carries when the
+    answer is read."""
     rows = []
     for _, r in best.iterrows():
         path = Path(str(r.get("run_dir"))) / "state_curve.parquet"
-        if not path.exists():
+        if not path.exists() or r.get("verdict") == "not learned":  # nothing to restore: attributions are noise
             continue
         for _, s in state_summary(pd.read_parquet(path)).iterrows():
             rows.append({"arch": r["arch"], "seed": r["seed"], "mechanism": r.get("verdict"), "layer": int(s["layer"]),
