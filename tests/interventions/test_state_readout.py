@@ -1,0 +1,41 @@
+"""The state readout (`state_readout.state_curve`): what each layer's recurrent state carries."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mecheval.interventions.state_readout import COLUMNS, state_curve, state_summary
+
+from .test_engine import random_lm
+
+
+def test_state_curve_covers_key_to_answer_on_the_examples_where_each_point_exists(ar_task):
+    lm = random_lm(ar_task.vocab_size, mixer="mamba", n_layers=2)
+    batch = ar_task.sample(32, seed=4)
+    curve = state_curve(lm, ar_task, batch, n_boot=50)
+    assert list(curve.columns[: len(COLUMNS)]) == COLUMNS
+    assert set(curve["layer"]) == {0, 1} and set(curve["direction"]) == {"sufficiency", "necessity"}
+    key, answer = batch.roles["key"], batch.answer_pos
+    for (align, offset), part in curve.groupby(["align", "offset"]):
+        pos = key + offset if align == "key" else answer + offset
+        assert (part["n"] == int(((pos >= key) & (pos < answer)).sum())).all()
+    assert curve[curve["align"] == "answer"]["offset"].max() == -1  # the state the answer's step starts from
+    assert curve[curve["align"] == "key"]["offset"].min() == 0
+    ok = curve.dropna(subset=["attrib"])
+    assert (ok["attrib_lo"] <= ok["attrib"] + 1e-9).all() and (ok["attrib"] <= ok["attrib_hi"] + 1e-9).all()
+
+
+def test_attention_has_no_state_and_gets_an_empty_table(ar_task):
+    curve = state_curve(random_lm(ar_task.vocab_size), ar_task, ar_task.sample(8, seed=0))
+    assert curve.empty and list(curve.columns) == COLUMNS
+
+
+def test_summary_finds_where_the_association_enters_and_what_is_left_at_the_answer():
+    rows = [{"layer": 1, "align": "key", "offset": o, "direction": "sufficiency", "attrib": a,
+             "attrib_lo": a - 0.1, "attrib_hi": a + 0.1, "n": 10} for o, a in enumerate([0.0, 0.1, 0.6, 0.9, 0.8])]
+    rows += [{"layer": 1, "align": "answer", "offset": -1, "direction": "sufficiency", "attrib": 0.7,
+              "attrib_lo": 0.6, "attrib_hi": 0.8, "n": 10}]
+    rows += [{**r, "layer": 0, "attrib": -0.01} for r in rows]  # a layer whose state restores nothing: left out
+    s = state_summary(pd.DataFrame(rows))
+    assert s.to_dict("records") == [{"layer": 1, "enters": 2, "peak": 0.9, "peak_lo": 0.8, "peak_hi": 1.0,
+                                     "last": 0.7, "last_lo": 0.6, "last_hi": 0.8, "last_n": 10}]
