@@ -2,13 +2,13 @@
 
 `timeline(RUN_DIR)` reads the weights kept during training (`snapshots:` in the config,
 `snapshots/step-*.safetensors`) and, at each step, on one fixed batch (test split, `seed`): the
-accuracy (Wilson 95%), the clean residual patched in at the key, value and query at every block
-boundary (key corrupted, with bootstrap 95% intervals), the verdict with its read point, and, where
+accuracy (Wilson 95%), the clean residual patched in at the key, value and query at the input of
+every layer (key corrupted, with bootstrap 95% intervals), the verdict with its read point, and, where
 the model has a short conv, the conv-window cell that restores most. Everything is read on the
 examples outside the conv reach (`artefact.py`), as the final readout is.
 
 RUN_DIR/timeline.parquet, one row per (step, boundary, role):
-    step, boundary (i: the input of layer i; L: the output), role, attrib, attrib_lo, attrib_hi,
+    step, boundary (i: the input of layer i), role, attrib, attrib_lo, attrib_hi,
     verdict, read_layer, acc, acc_lo, acc_hi, n, conv_cell, conv_attrib
 and the parameters it was computed with (n_examples, corrupt, seed, fingerprint). A second call
 computes only the snapshots not yet in the file (same parameters), writing after each one, so a killed
@@ -53,10 +53,9 @@ def timeline(run_dir: str | Path, n: int = 256, corrupt: str = "key", seed: int 
     masks = subsets(lm, batch)  # depends on the architecture only: the same examples at every step
     subset = "outside" if masks["outside"].any() else "all"
     read = batch.select(masks[subset].nonzero()[:, 0])
-    last = len(lm.layers) - 1
     for step in tqdm([s for s in steps if s not in set(done["step"])], desc=run_dir.name, unit="snapshot", disable=quiet):
         load_snapshot(lm, run_dir, step)
-        part = _readout(lm, task, batch, masks, read, subset, corrupt, min_effect, last).assign(step=step, **params)
+        part = _readout(lm, task, batch, masks, read, subset, corrupt, min_effect).assign(step=step, **params)
         done = (part if done.empty else pd.concat([done, part], ignore_index=True)).sort_values(
             ["step", "boundary", "role"], ignore_index=True)
         atomic_write_bytes(run_dir / TIMELINE, done.to_parquet(index=False))
@@ -72,9 +71,9 @@ def _previous(path: Path, params: dict) -> pd.DataFrame:
     return old if same else pd.DataFrame(columns=["step"])
 
 
-def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect, last) -> pd.DataFrame:
+def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.DataFrame:
     """The readouts of one snapshot: rows per (boundary, role)."""
-    df = interchange(lm, task, batch, corrupt, ["resid_pre", f"layers.{last}.resid_post"], list(ROLES), subsets=masks)
+    df = interchange(lm, task, batch, corrupt, ["resid_pre"], list(ROLES), subsets=masks)
     acc = accuracy_table(lm, batch, masks).set_index("subset").loc[subset]
     window = conv_window(lm, task, read, corrupt=corrupt) if short_convs(lm) else None
     try:
@@ -84,7 +83,7 @@ def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect, last) ->
         label, read_layer = None, None
     cell = None if window is None or window.empty else best_cell(window)
     rows = df[df["subset"] == subset].copy()
-    rows["boundary"] = rows["layer"] + (rows["site"] == "resid_post")
+    rows["boundary"] = rows["layer"]
     rows = rows.rename(columns={"position": "role"})[["boundary", "role", "attrib", "attrib_lo", "attrib_hi"]]
     return rows.assign(
         verdict=label, read_layer=read_layer, acc=acc["acc"], acc_lo=acc["acc_lo"], acc_hi=acc["acc_hi"], n=int(acc["n"]),

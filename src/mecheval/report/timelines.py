@@ -3,7 +3,8 @@
     formation_steps(best)      run_dir -> (timeline table, formed-at step or None) for runs with one
     timeline_table(best, ...)  per run: final verdict, formed at, accuracy there, snapshots
     run_figure(table, title)   one run: accuracy and @key / @value / @query at the final read layer
-                               against step (95% bands), the verdict as a coloured band along the top
+                               against step (95% bands; blank where not yet learned), the verdict as a
+                               coloured band along the top
     overlay_figure(best, ...)  the study: @value (and accuracy) against step, one line per run, by arch
 """
 
@@ -38,11 +39,14 @@ def formation_steps(best: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, int | N
 
 
 def read_layer_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows at the final verdict's read point (the input of its layer) for every step."""
+    """Rows at the final verdict's read point (the input of its layer) for every step; the attributions of
+    steps that had not learned the task are blanked (noise around an effect near 0)."""
     steps = table.drop_duplicates("step").sort_values("step")
     layer = steps["read_layer"].dropna()
-    boundary = int(layer.iloc[-1]) if len(layer) else int(table["boundary"].max()) - 1
-    return table[table["boundary"] == boundary]
+    boundary = int(layer.iloc[-1]) if len(layer) else int(table["boundary"].max())
+    rows = table[table["boundary"] == boundary].copy()
+    rows.loc[rows["verdict"] == "not learned", ["attrib", "attrib_lo", "attrib_hi"]] = float("nan")
+    return rows
 
 
 def timeline_table(best: pd.DataFrame, timelines: dict) -> pd.DataFrame:
