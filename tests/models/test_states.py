@@ -195,3 +195,14 @@ def test_engine_state_cells_equal_the_stepped_model(name):
     assert torch.equal(at_answer, r["p_base"])  # the state after it comes too late
     same = patch_cells(lm, batch.tokens, batch.tokens, cells, batch.roles, batch.answer, batch.answer_pos)
     assert torch.equal(same["p_patched"], same["p_base"].expand_as(same["p_patched"]))  # clean into clean
+
+
+def test_asking_attention_for_its_state_says_it_has_none():
+    from mecheval.interventions import resolve_sites
+    from mecheval.models.lm import build_model
+
+    lm = build_model(dict(vocab_size=8, d_model=8, n_layers=2, max_len=16))
+    with pytest.raises(ValueError, match="Attention: no recurrent state, so no state site"):
+        resolve_sites(lm, ["layers.0.state"])
+    hybrid = build_model(dict(vocab_size=8, d_model=8, n_layers=2, max_len=16, mixer=["baseconv", "based"]))
+    assert resolve_sites(hybrid, ["state"]) == ["layers.1.state"]

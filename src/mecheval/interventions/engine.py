@@ -65,9 +65,17 @@ def resolve_sites(lm: LM, patterns: Sequence[str]) -> list[str]:
         pat = pat if "." in pat else f"layers.*.{pat}"
         hits = fnmatch.filter(names, pat)
         if not hits:
-            raise ValueError(f"site pattern {pat!r} matches no site; known: {names}")
+            raise ValueError(f"site pattern {pat!r} matches no site{_no_state_hint(lm, pat)}; known: {names}")
         out += hits
     return sorted(set(out), key=names.index)
+
+
+def _no_state_hint(lm: LM, pattern: str) -> str:
+    """Where a state site was asked for: which of the model's mixers have no recurrent state."""
+    if pattern.rsplit(".", 1)[-1] != "state":
+        return ""
+    stateless = sorted({type(b.mixer).__name__ for b in lm.layers if not any(isinstance(m, StateSite) for m in b.mixer.modules())})
+    return f" ({', '.join(stateless)}: no recurrent state, so no state site)" if stateless else ""
 
 
 def _as_2d(x: torch.Tensor) -> torch.Tensor:
