@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mecheval.report.build import GRAMMAR, Report
+from mecheval.report.overview import with_interval
 
 STYLE = {"agree": "green", "disagree": "red"}
 
@@ -19,11 +20,8 @@ def _text(v) -> str:
 
 
 def _ci(r, col: str) -> str:
-    """`0.98 [0.96, 0.99]`: a value with its 95% interval (`-` where missing)."""
-    lo, hi = r.get(f"{col}_lo"), r.get(f"{col}_hi")
-    if lo is None or lo != lo:
-        return _num(r.get(col))
-    return f"{_num(r[col])} [{lo:.2f}, {hi:.2f}]"
+    """`0.98 [0.96, 0.99]`: a value with its 95% interval (the report's formatter)."""
+    return with_interval(r.get(col), r.get(f"{col}_lo"), r.get(f"{col}_hi"))
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:
