@@ -80,7 +80,7 @@ def intervene_run(
     last) is always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
     on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out`
     without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet) and
-    `state` (state_curve.parquet, `state_readout`; models with a recurrent state);
+    `state` (state_curve.parquet, `state_readout`; models with a recurrent state that learned the task);
     `method` "gradient" estimates the cells by attribution patching (`interchange`).
     Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance).
     """
@@ -123,8 +123,6 @@ def intervene_run(
         layer_profile(part, run_dir / "interventions" / f"{role}_profile.png", title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {role}")
     if window is not None and not window.empty:
         conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
-    if "state" in analyses:
-        write_state_readout(run_dir, lm, task, outside, corrupt[0], seed)
     readable = direction == "sufficiency" and "resid_pre" in set(df["site"])  # what the verdict reads
     verdict = None
     if readable:
@@ -132,6 +130,8 @@ def intervene_run(
             verdict = mechanism(df, corrupt=corrupt[0], min_effect=min_effect, conv_window=window)
         except NothingToRead:  # a 1-layer model without a conv: nothing to read but the embedding
             verdict = None
+    if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
+        write_state_readout(run_dir, lm, task, outside, corrupt[0], seed)
     if verdict is not None:
         row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)
         (run_dir / "verdict.json").write_text(json.dumps(row, indent=2) + "\n")
