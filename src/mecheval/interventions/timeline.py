@@ -4,7 +4,7 @@
 `snapshots/step-*.safetensors`) and, at each step, on one fixed batch (test split, `seed`): the
 accuracy (Wilson 95%), the clean residual patched in at the key, value and query at the input of
 every layer (key corrupted, with bootstrap 95% intervals), the verdict with its read point, and, where
-the model has a short conv, the conv-window cell that restores most. Everything is read on the
+the model has a short conv and has learned the task, the conv-window cell that restores most. Everything is read on the
 examples outside the conv reach (`artefact.py`), as the final readout is.
 
 RUN_DIR/timeline.parquet, one row per (step, boundary, role):
@@ -75,12 +75,15 @@ def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.Da
     """The readouts of one snapshot: rows per (boundary, role)."""
     df = interchange(lm, task, batch, corrupt, ["resid_pre"], list(ROLES), subsets=masks)
     acc = accuracy_table(lm, batch, masks).set_index("subset").loc[subset]
-    window = conv_window(lm, task, read, corrupt=corrupt) if short_convs(lm) else None
     try:
-        verdict = mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window)
-        label, read_layer = verdict.label, verdict.layer
+        verdict = mechanism(df, corrupt=corrupt, min_effect=min_effect)
     except NothingToRead:
-        label, read_layer = None, None
+        verdict = None
+    learned = verdict is None or verdict.label != "not learned"  # where nothing is learned, no conv binds
+    window = conv_window(lm, task, read, corrupt=corrupt) if short_convs(lm) and learned else None
+    if window is not None and verdict is not None:
+        verdict = mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window)
+    label, read_layer = (None, None) if verdict is None else (verdict.label, verdict.layer)
     cell = None if window is None or window.empty else best_cell(window)
     rows = df[df["subset"] == subset].copy()
     rows["boundary"] = rows["layer"]
