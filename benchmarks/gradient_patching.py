@@ -81,9 +81,11 @@ def agreement(run_dirs: list[str], n: int) -> pd.DataFrame:
             tables["gradient"][tables["gradient"]["subset"] == subset], on=keys, suffixes=("_exact", "_grad"))
         err = (both["attrib_grad"] - both["attrib_exact"]).abs()
         worst = both.loc[err.idxmax()]
+        state = both["site"] == "state"
         rows.append({"run": Path(run).name, "cells": len(both), "n": int(both["n_exact"].iloc[0]),
                      "spearman": stats.spearmanr(both["attrib_exact"], both["attrib_grad"]).statistic,
                      "max |error|": err.max(), f"cells off > {ERROR}": int((err > ERROR).sum()),
+                     f"state cells off > {ERROR}": f"{int((err[state] > ERROR).sum())} of {int(state.sum())}",
                      "worst cell": f"L{worst['layer']} {worst['site']} @{worst['position']}: "
                                    f"exact {worst['attrib_exact']:.2f}, gradient {worst['attrib_grad']:.2f}"})
     return pd.DataFrame(rows)

@@ -1,0 +1,28 @@
+"""The report's view of the readouts over training: table, per-run figure, overlay."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mecheval.interventions.timeline import timeline
+from mecheval.report.figures import to_png
+from mecheval.report.timelines import formation_steps, overlay_figure, read_layer_rows, run_figure, timeline_table
+from tests.interventions.conftest import small_ar
+from tests.interventions.test_timeline import SWITCH, fake_run
+
+
+def test_table_and_figures_of_a_run_whose_mechanism_formed_at_a_known_step(tmp_path):
+    run = fake_run(tmp_path / "run", small_ar())
+    table = timeline(run, n=32)
+    best = pd.DataFrame([{"run_dir": str(run), "arch": "attention", "seed": 0},
+                         {"run_dir": str(tmp_path / "none"), "arch": "mamba", "seed": 0}])  # no timeline: left out
+    timelines = formation_steps(best)
+    assert list(timelines) == [str(run)] and timelines[str(run)][1] == SWITCH
+    rows = timeline_table(best, timelines).to_dict("records")
+    assert rows == [{"arch": "attention", "seed": 0, "final mechanism": "induction", "formed at step": SWITCH,
+                     "accuracy then": "1.00", "final accuracy": "1.00", "snapshots": 5, "n": 32}]
+    shown = read_layer_rows(table)
+    assert set(shown["boundary"]) == {1}  # the final verdict's read point
+    assert shown[shown["step"] < SWITCH]["attrib"].isna().all()  # not learned yet: blank, not noise
+    for fig in (run_figure(table, "attention"), overlay_figure(best, timelines, {"attention": "#0072B2"})):
+        assert len(to_png(fig)) > 5000
