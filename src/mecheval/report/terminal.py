@@ -26,7 +26,8 @@ def _ci(r, col: str) -> str:
 
 def print_summary(report: Report, console: Console | None = None) -> None:
     """One row per (architecture, width[, grammar]): accuracy and verdict beside the published ones;
-    the grammar, seed count and held-out accuracy columns appear where the study has them."""
+    the grammar, seed count, held-out accuracy and formed-at columns appear where the study has them;
+    each verdict's detail follows the table, one line per row."""
     summary = report.summary
     columns = [  # (header, cell, is text, shown)
         ("arch", lambda r: r["arch"], True, True),
@@ -43,22 +44,23 @@ def print_summary(report: Report, console: Console | None = None) -> None:
         ("", lambda r: f"[{STYLE[r['agree']]}]{r['agree']}[/]" if r["agree"] in STYLE else "", True, True),
         *((f"@{pos}", lambda r, pos=pos: "–" if r["verdict"] == "not learned" else _num(r[f"attrib@{pos}"]), False, True)
           for pos in ("key", "value", "query")),
-        ("formed at", lambda r: _text(r.get("formed_at")), True, "formed_at" in summary),
-        ("detail", lambda r: _text(r.get("detail")), True, "detail" in summary),
+        ("formed at", lambda r: _text(r.get("formed_at")), False, "formed_at" in summary),
     ]
     columns = [c for c in columns if c[3]]
     table = Table(title=f"{report.html.parent.name}: best learning rate per architecture (ours | published); "
                         "attributions on the examples outside the conv reach")
     for header, _, text, _ in columns:
-        detail = header == "detail"
-        table.add_column(header, justify="left" if text else "right", no_wrap=text and not detail,
-                         overflow="fold" if detail else "ellipsis", min_width=None if detail else len(header))
+        table.add_column(header, justify="left" if text else "right", no_wrap=text, min_width=len(header))
     for _, r in summary.iterrows():
         table.add_row(*(cell(r) for _, cell, _, _ in columns))
     console = console or Console()
     if not console.is_terminal:  # a pipe or a log: no width to fit, print the table whole
-        console.width = max(console.width, 150)
+        console.width = max(console.width, 200)
     console.print(table)
+    if "detail" in summary:  # the verdict's detail, one line per row (too long for a column)
+        for _, r in summary.iterrows():
+            if isinstance(r.get("detail"), str):
+                console.print(f"{r['arch']}: {r['detail']}", soft_wrap=not console.is_terminal, highlight=False)
     if report.overview:  # the same paragraph as the report's summary
         console.print(report.overview, soft_wrap=not console.is_terminal, highlight=False)
     console.print(f"report: {report.html}  {report.markdown}")
