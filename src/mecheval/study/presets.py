@@ -133,7 +133,7 @@ STUDIES: dict[str, Study] = {
     for s in [
         Study(
             name="quick",
-            cpu_measured="3.8 min on 2 CPU cores (2026-11-30; 8.4 min on a busier machine)",
+            cpu_measured="5.9 min on 2 idle CPU cores with interventions and timelines (2026-12-01; 8.4 min on a busier machine)",
             description="Attention vs Mamba vs Mamba without its short convolution on AR (the README's study).",
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
             task=AR_PAPER, cpu_task=AR_CPU,
