@@ -263,5 +263,5 @@ def test_a_snapshot_of_another_config_or_step_is_refused(tmp_path, tiny_config):
     other = RunDir(tmp_path / "other")
     train(tiny_config(seed=3, snapshots={"every": 12}), other.path, quiet=True)
     (other / "snapshots" / "step-0000012.safetensors").replace(tmp_path / "run" / "snapshots" / "step-0000012.safetensors")
-    with pytest.raises(CheckpointError, match="another config"):
+    with pytest.raises(CheckpointError, match="different config"):
         load_snapshot(lm, tmp_path / "run", 12)

@@ -125,12 +125,9 @@ def patch_cells(
     states = {n for n in names if isinstance(sites[n], StateSite)}
 
     def at(acts, cell):  # an activation at the cell's positions: [B, K, D_site] (a state: computed on demand)
-        pos = where[cell.position]
         if cell.site in states:
-            if pos.shape[1] != 1:
-                raise ValueError(f"{cell.site} is patched at one position per example; {cell.position!r} has {pos.shape[1]}")
-            return _StateAt(acts[cell.site], pos[:, 0])
-        return acts[cell.site][rows[:, None], pos]
+            return _StateAt(acts[cell.site], one_position(cell, where))
+        return acts[cell.site][rows[:, None], where[cell.position]]
 
     with record(sites, names) as src:
         p_source, logit_source = answer_scores(_run(lm, source, answer_pos, narrow=len(body) == len(names)), answer)
@@ -193,6 +190,14 @@ def _from_finish(lm: LM, layer: int, base_acts, flat: torch.Tensor, tiles, answe
     resid = base_acts[f"resid{layer + 1}"][flat]  # [N, T, D]
     resid[n, slots] = y
     return lm.forward_from(layer + 1, resid, answer_pos, narrow_tail=True)
+
+
+def one_position(cell: Cell, where: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """A state cell's positions [B] (a state is patched at one position per example; ValueError else)."""
+    pos = where[cell.position]
+    if pos.shape[1] != 1:
+        raise ValueError(f"{cell.site} is patched at one position per example; {cell.position!r} has {pos.shape[1]}")
+    return pos[:, 0]
 
 
 class _StateAt:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from mecheval.interventions.engine import Cell, _as_2d, _run, answer_scores
+from mecheval.interventions.engine import Cell, _as_2d, _run, answer_scores, one_position
 from mecheval.models.lm import LM
 from mecheval.models.sites import attach, record
 from mecheval.models.states import StateSite
@@ -47,22 +47,21 @@ def gradient_cells(
     (`p_patched`, `logit_patched` [C, B] are first-order estimates; `chunk` is accepted and unused)."""
     del chunk
     B = base.shape[0]
-    rows, flat = torch.arange(B, device=base.device)[:, None], torch.arange(B, device=base.device)
+    flat = torch.arange(B, device=base.device)
+    rows = flat[:, None]
     answer, answer_pos = _as_2d(answer), _as_2d(answer_pos)
     where = {k: _as_2d(v) for k, v in where.items()}
     sites = lm.sites()
     names = sorted({c.site for c in cells})
     states = {n: list(dict.fromkeys(c.position for c in cells if c.site == n)) for n in names if isinstance(sites[n], StateSite)}
-    several = sorted({f"{n} at {k!r}" for n, keys in states.items() for k in keys if where[k].shape[1] != 1})
-    if several:
-        raise ValueError(f"a state site is patched at one position per example: {', '.join(several)}")
+    at = {(n, k): one_position(Cell(n, k), where) for n, keys in states.items() for k in keys}  # [B] each
     with torch.no_grad(), record(sites, names) as src:
         p_source, logit_source = _scores(lm, source, answer, answer_pos)
         src = dict(src)
     moves, seen = {}, {}
 
     def move(n):  # the state after each asked position moved by a zero leaf: ∂m/∂(state) by autograd
-        pos = torch.cat([where[k][:, 0] for k in states[n]])
+        pos = torch.cat([at[n, k] for k in states[n]])
 
         def fn(value):
             seen[n] = value
@@ -83,7 +82,7 @@ def gradient_cells(
     with torch.no_grad():
         for n, gp, gl in zip(names, grad_p, grad_logit):
             if n in states:
-                diff = [src[n].at(flat, where[k][:, 0]) - seen[n].at(flat, where[k][:, 0]) for k in states[n]]
+                diff = [src[n].at(flat, at[n, k]) - seen[n].at(flat, at[n, k]) for k in states[n]]
                 changes[n] = tuple(None if g is None else {k: (d * g[j * B : (j + 1) * B]).sum(-1)
                                                            for j, (k, d) in enumerate(zip(states[n], diff))}
                                    for g in (gp, gl))

@@ -75,7 +75,7 @@ class Snapshots(_Strict):
     steps: list[int] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _something(self) -> "Snapshots":
+    def _asks_for_steps(self) -> "Snapshots":
         if self.every is None and self.log is None and not self.steps:
             raise ValueError("snapshots: give every, log or steps")
         if any(s < 0 for s in self.steps):

@@ -109,18 +109,22 @@ class RunDir:
         atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records))
 
 
+def _load_checked(lm, path: Path, fingerprint: str, config: Path) -> None:
+    """Loads weights into `lm` if the file was written by the run of `fingerprint`, else CheckpointError."""
+    tensors, metadata = read_tensors(path)
+    if metadata.get("fingerprint") != fingerprint:
+        raise CheckpointError(f"{path}: written by a run with a different config than {config}")
+    load_weights(lm, tensors, path)
+
+
 def load_snapshot(lm, run_dir: str | Path, step: int) -> None:
     """Loads the run's weights at `step` (its snapshot) into `lm`; CheckpointError for a snapshot that is
-    missing, corrupt, or written by a run with another config (a stale file is never read as this run's)."""
+    missing, corrupt, or written by a run with a different config (a stale file is never read as this run's)."""
     run = RunDir(run_dir)
     path = run / snapshot_name(step)
     if not path.exists():
         raise CheckpointError(f"{path}: no snapshot at step {step}; the run has {snapshot_steps(run.path)}")
-    tensors, meta = read_tensors(path)
-    want = run.read_config().fingerprint()
-    if meta.get("fingerprint") != want:
-        raise CheckpointError(f"{path}: written by a run with another config (fingerprint {meta.get('fingerprint')}, this run {want})")
-    load_weights(lm, tensors, path)
+    _load_checked(lm, path, run.read_config().fingerprint(), run / CONFIG)
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
@@ -142,8 +146,5 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
         raise FileNotFoundError(f"{weights}: no final weights{hint}")
     task = make_task(cfg.task.name, **cfg.task.params)
     lm = build_model(cfg.model)
-    tensors, metadata = read_tensors(weights)
-    if metadata.get("fingerprint") != cfg.fingerprint():
-        raise CheckpointError(f"{weights}: written by a run with a different config than {run / CONFIG}")
-    load_weights(lm, tensors, weights)
+    _load_checked(lm, weights, cfg.fingerprint(), run / CONFIG)
     return lm.to(device).eval(), task, cfg

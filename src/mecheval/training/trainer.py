@@ -276,7 +276,7 @@ class Trainer:
     def finish(self) -> dict:
         """Writes the final weights and summary.json (the mark of a finished run), drops the checkpoint."""
         last = self.run.read_metrics()[-1]
-        if self.snapshot_at:  # an early stop ends before the schedule's last step: keep where it ended
+        if self.snapshot_at and self.step not in self.snapshot_at:  # an early stop: keep where it ended
             self.snapshot_at.add(self.step)
             self.snapshot()
         atomic_save_tensors(self.run / MODEL, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint()})

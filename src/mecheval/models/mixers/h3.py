@@ -84,7 +84,7 @@ class H3State(StateValue):
 
     @property
     def work(self) -> int:
-        return 4 * self.size  # the complex128 state
+        return 4 * self.size  # the complex state and its einsum operands
 
     def _at(self, rows, pos):
         return torch.view_as_real(diag_ssm_state_at(self.kv[rows], self.dA, self.dB, pos)).flatten(1)

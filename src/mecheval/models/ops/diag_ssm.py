@@ -18,26 +18,25 @@ import torch
 from mecheval.models.ops.fft_conv import fft_conv
 
 
+def _powers(dA, n: int, step: int = 1) -> torch.Tensor:
+    """dA^(step k) for k < n, as |dA|^l (cos lθ + i sin lθ) in float64 (l θ must stay accurate for l up
+    to T; real transcendental ops are also much faster than complex ones on CPU): [n, H, M] complex128."""
+    z = dA.to(torch.complex128)
+    ell = step * torch.arange(n, device=z.device, dtype=torch.float64)[:, None, None]
+    return torch.polar(torch.exp(torch.log(z.abs()) * ell), z.angle() * ell)
+
+
 def diag_ssm_kernel(dA, dB, C, T: int) -> torch.Tensor:
     """K_l = 2 Re(Σ_m C_m dB_m dA_m^l), l < T -> [T, H].
 
     With l = I j + i (I ~ sqrt T): K = 2 Re((C dB dA^{I j}) @ dA^i), one real matmul over the modes
-    (real and imaginary parts stacked), never a [H, M, T] tensor. Powers are taken as
-    |dA|^l (cos lθ + i sin lθ) in float64 (l θ must stay accurate for l up to T; real transcendental
-    ops are also much faster than complex ones on CPU).
+    (real and imaginary parts stacked), never a [H, M, T] tensor; powers by `_powers`.
     """
     I = math.isqrt(T - 1) + 1 if T > 1 else 1
     J = -(-T // I)
-    z, c = dA.to(torch.complex128), (C * dB).to(torch.complex128)  # [H, M]
-    log_mag, angle = torch.log(z.abs()), z.angle()
-
-    def powers(step: int, n: int):  # dA^(step k), k < n: real and imaginary parts [H, M, n]
-        ell = step * torch.arange(n, device=z.device, dtype=torch.float64)
-        mag, phase = torch.exp(log_mag[..., None] * ell), angle[..., None] * ell
-        return mag * torch.cos(phase), mag * torch.sin(phase)
-
-    inner_re, inner_im = powers(1, I)  # dA^i
-    outer_re, outer_im = powers(I, J)  # dA^{I j}
+    c = (C * dB).to(torch.complex128)  # [H, M]
+    inner, outer = _powers(dA, I).permute(1, 2, 0), _powers(dA, J, I).permute(1, 2, 0)  # dA^i, dA^{I j}: [H, M, n]
+    inner_re, inner_im, outer_re, outer_im = inner.real, inner.imag, outer.real, outer.imag
     cr, ci = c.real[..., None], c.imag[..., None]
     left = torch.cat([cr * outer_re - ci * outer_im, -(cr * outer_im + ci * outer_re)], dim=1)  # [H, 2M, J]
     K = 2 * left.transpose(1, 2) @ torch.cat([inner_re, inner_im], dim=1)  # [H, J, I]
@@ -85,13 +84,6 @@ def diag_ssm_loop(u, dA, dB, C):
     return torch.stack(ys, dim=1)
 
 
-def _powers(dA, n: int, dtype) -> torch.Tensor:
-    """dA^l for l < n, taken in polar form in float64 (as `diag_ssm_kernel`): [n, H, M] of `dtype`."""
-    z = dA.to(torch.complex128)
-    ell = torch.arange(n, device=z.device, dtype=torch.float64)[:, None, None]
-    return torch.polar(torch.exp(torch.log(z.abs()) * ell), z.angle() * ell).to(dtype)
-
-
 def _complex(real_dtype) -> torch.dtype:
     return torch.complex128 if real_dtype == torch.float64 else torch.complex64
 
@@ -100,7 +92,7 @@ def diag_ssm_state_at(u, dA, dB, pos):
     """The state after pos (one per row): x_t = Σ_{r<=t} dA^{t-r} dB u_r, one kernel per distinct pos.
     u [n, T, H, *E] real; dA, dB [H, M] complex; pos [n] -> x [n, H, *E, M] complex."""
     n, T, H = u.shape[:3]
-    P = _powers(dA, T, _complex(u.dtype))
+    P = _powers(dA, T).to(_complex(u.dtype))
     flat = u.reshape(n, T, H, -1).to(P.dtype)
     x = flat.new_zeros(n, H, flat.shape[-1], P.shape[-1])
     for t in pos.unique().tolist():
@@ -114,7 +106,7 @@ def diag_ssm_state_response(dA, C, T: int, pos, dx):
     """The change of y when the state after pos moves by dx [n, H, *E, M] complex: for s > pos,
     Δy_s = 2 Re(Σ_m C_m dA_m^{s-pos} dx_m), 0 for s <= pos -> [n, T, H, *E] real."""
     n, H, M = dx.shape[0], dx.shape[1], dx.shape[-1]
-    P = _powers(dA, T, dx.dtype)
+    P = _powers(dA, T).to(dx.dtype)
     flat = dx.reshape(n, H, -1, M)
     y = flat.real.new_zeros(n, T, H, flat.shape[2])
     for t in pos.unique().tolist():

@@ -78,14 +78,19 @@ def selective_scan(u, delta, A, Bm, Cm, D, chunk_size: int = 32):
     return y.permute(2, 1, 0, 3).reshape(Bsz, nc * L, Di)[:, :T] + D * u
 
 
+def _cumulative(delta, pos):
+    """c_t = Σ_{r<=t} Δ_r [n, T, Di], and its value at each row's pos [n, 1, Di]."""
+    c = delta.cumsum(1)
+    return c, c.gather(1, pos[:, None, None].expand(-1, 1, c.shape[2]))
+
+
 def selective_scan_state_at(u, delta, A, Bm, pos):
     """The state after pos (one per row), in closed form with c_t = Σ_{r<=t} Δ_r:
 
         h_t = Σ_{r<=t} exp(A (c_t − c_r)) ⊙ (Δ_r u_r) B_r        (exponents <= 0: no overflow)
 
     u, delta [n, T, Di]; A [Di, N]; Bm [n, T, N]; pos [n] -> h [n, Di, N]."""
-    c = delta.cumsum(1)
-    c_t = c.gather(1, pos[:, None, None].expand(-1, 1, c.shape[2]))  # [n, 1, Di]
+    c, c_t = _cumulative(delta, pos)
     keep = torch.arange(u.shape[1], device=u.device)[None] <= pos[:, None]  # [n, T]
     gap = torch.where(keep[..., None], c_t - c, 0.0)  # [n, T, Di]
     decay = torch.exp(gap[..., None] * A) * keep[..., None, None]  # [n, T, Di, N]
@@ -98,8 +103,7 @@ def selective_scan_state_response(delta, A, Cm, pos, dh):
         Δy_s = C_s · (exp(A (c_s − c_pos)) ⊙ dh),   0 for s <= pos
 
     delta [n, T, Di]; A [Di, N]; Cm [n, T, N]; pos [n] -> Δy [n, T, Di]."""
-    c = delta.cumsum(1)
-    c_t = c.gather(1, pos[:, None, None].expand(-1, 1, c.shape[2]))
+    c, c_t = _cumulative(delta, pos)
     acts = torch.arange(delta.shape[1], device=delta.device)[None] > pos[:, None]  # [n, T]
     gap = torch.where(acts[..., None], c - c_t, 0.0)
     decay = torch.exp(gap[..., None] * A) * acts[..., None, None]  # gap >= 0
