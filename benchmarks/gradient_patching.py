@@ -53,12 +53,14 @@ def speed(n: int, mixer: str, pairs: int) -> None:
     args = (lm, corrupted, batch.tokens, cells, where, batch.answer, batch.answer_pos)
     exact_s = median_seconds(lambda: patch_cells(*args), repeats=3)
     grad_s = median_seconds(lambda: gradient_cells(*args), repeats=3)
+    with torch.no_grad():
+        forward_s = median_seconds(lambda: lm(batch.tokens), repeats=3)
     print(f"\n{mixer}, 2 layers, d 64, AR {pairs} pairs: {len(cells)} cells ({len(cells) // T} sites × {T} positions) × {n} examples, "
           f"{torch.get_num_threads()} threads")
-    print(f"{'method':<12}{'s':>10}{'cells/s':>12}")
+    print(f"{'method':<12}{'s':>10}{'cells/s':>12}{'forwards':>10}")
     for name, s in (("exact", exact_s), ("gradient", grad_s)):
-        print(f"{name:<12}{s:>10.3f}{len(cells) / s:>12.0f}")
-    print(f"gradient / exact cells/s: {exact_s / grad_s:.1f}x")
+        print(f"{name:<12}{s:>10.3f}{len(cells) / s:>12.0f}{s / forward_s:>10.1f}")
+    print(f"gradient / exact cells/s: {exact_s / grad_s:.1f}x (forwards: the time in forward passes of the model on the batch)")
 
 
 def agreement(run_dirs: list[str], n: int) -> pd.DataFrame:

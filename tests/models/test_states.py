@@ -113,6 +113,30 @@ def test_patching_the_own_state_at_every_position_changes_nothing(name):
             assert torch.equal(m(x), y)  # patching no example changes nothing, bitwise
 
 
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+@pytest.mark.parametrize("name", list(STATEFUL))
+def test_every_state_and_all_moves_at_once_equal_one_position_at_a_time(name, mode):
+    """`every` is `at` at each position; `respond_every(δ)` (one pass of the recurrence) is the sum of the
+    single moves' responses (`StateValue`'s defaults): exactly for outputs linear in the state, to first
+    order for Based's normalised output (δ of 1e-6)."""
+    B, eps = 3, 1e-6
+    m = mixer(name, 5)
+    x = torch.randn(B, T, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with kernel_mode(mode), torch.no_grad(), record({"s": m.state}) as seen:
+        m(x)
+    value, rows = seen["s"], torch.arange(B)
+    _, h_ref = stepped(m, name, x)
+    torch.testing.assert_close(value.every(), h_ref, atol=1e-9, rtol=0)
+    torch.testing.assert_close(StateValue._every(value, rows), h_ref, atol=1e-9, rtol=0)
+    delta = eps * torch.randn(B, T, value.size, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    at_once = (value.respond_every(delta) - value.output) / eps
+    singly = StateValue._change_every(value, rows, delta) / eps
+    assert at_once.abs().max() > 1e-3  # the moves reach the output
+    torch.testing.assert_close(at_once, singly, atol=1e-6, rtol=1e-5)
+    first = at_once.select(2 if name == "based" else 1, 0)
+    assert torch.equal(first, torch.zeros_like(first))  # nothing moves before position 1
+
+
 def test_one_position_per_example():
     m = mixer("mamba")
     x = torch.randn(2, T, D, dtype=torch.float64)
@@ -130,8 +154,11 @@ def test_state_reads_are_chunked_within_the_budget(monkeypatch):
         m(x)
     rows, pos = torch.arange(4), torch.tensor([1, 5, 10, 0])
     whole = seen["s"].at(rows, pos)
+    every, moved = seen["s"].every(), seen["s"].respond_every(torch.ones(4, T, seen["s"].size, dtype=torch.float64))
     monkeypatch.setattr("mecheval.models.states.STATE_BUDGET", 1)
     torch.testing.assert_close(seen["s"].at(rows, pos), whole, atol=1e-12, rtol=0)
+    torch.testing.assert_close(seen["s"].every(), every, atol=1e-12, rtol=0)
+    torch.testing.assert_close(seen["s"].respond_every(torch.ones_like(every)), moved, atol=1e-12, rtol=0)
 
 
 # --- the engine: state cells of a whole LM against the stepped model -------------------------------

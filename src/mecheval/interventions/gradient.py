@@ -10,8 +10,9 @@ with m the answer's probability (and, separately, its logit), averaged over the 
 grow with the number of cells. The estimate is exact for a model linear in the site; it errs where m
 saturates (a softmax near 0 or 1) or the patch moves the activation far (for Based's state, whose
 normaliser divides, too); `benchmarks/gradient_patching.py`
-measures by how much on trained runs. A state site (`models.states`) gets ∂m/∂h_t from a zero move of
-the state after each asked position (`StateValue.respond`), one leaf per site for all its positions.
+measures by how much on trained runs. A state site (`models.states`) gets ∂m/∂h_t for every t from one
+zero leaf [B, T, D_state] that moves the state after every position at once (`StateValue.respond_every`:
+one more pass of the recurrence, not one response per position).
 """
 
 from __future__ import annotations
@@ -60,13 +61,11 @@ def gradient_cells(
         src = dict(src)
     moves, seen = {}, {}
 
-    def move(n):  # the state after each asked position moved by a zero leaf: ∂m/∂(state) by autograd
-        pos = torch.cat([at[n, k] for k in states[n]])
-
+    def move(n):  # the state after every position moved by a zero leaf at once: ∂m/∂(state) by autograd
         def fn(value):
             seen[n] = value
-            moves[n] = torch.zeros(len(pos), value.size, dtype=value.output.dtype, device=pos.device, requires_grad=True)
-            return dataclasses.replace(value, output=value.respond(flat.repeat(len(states[n])), pos, moves[n]))
+            moves[n] = torch.zeros(B, value.steps, value.size, dtype=value.output.dtype, device=base.device, requires_grad=True)
+            return dataclasses.replace(value, output=value.respond_every(moves[n]))
 
         return fn
 
@@ -76,26 +75,20 @@ def gradient_cells(
         inputs = [moves[n] if n in states else acts[n] for n in names]
         grad_p = torch.autograd.grad(p_base.sum(), inputs, retain_graph=True, allow_unused=True)
         grad_logit = torch.autograd.grad(logit_base.sum(), inputs, allow_unused=True)
-    # per site, the first-order change of each score from patching each position alone: [B, T] (a tensor
-    # site; a cell of K positions adds its K entries) or, per asked position, [B] (a state site)
+    # per site, the first-order change of each score from patching each position alone: [B, T] (the state
+    # after each position, for a state site; a cell of K positions adds its K entries)
     changes: dict[str, tuple] = {}
     with torch.no_grad():
         for n, gp, gl in zip(names, grad_p, grad_logit):
-            if n in states:
-                diff = [src[n].at(flat, at[n, k]) - seen[n].at(flat, at[n, k]) for k in states[n]]
-                changes[n] = tuple(None if g is None else {k: (d * g[j * B : (j + 1) * B]).sum(-1)
-                                                           for j, (k, d) in enumerate(zip(states[n], diff))}
-                                   for g in (gp, gl))
-            else:
-                diff = src[n] - acts[n].detach()  # [B, T, D_site]
-                changes[n] = tuple(None if g is None else (diff * g).sum(-1) for g in (gp, gl))
+            diff = src[n].every() - seen[n].every() if n in states else src[n] - acts[n].detach()  # [B, T, D_site]
+            changes[n] = tuple(None if g is None else (diff * g).sum(-1) for g in (gp, gl))
     p_patched, logit_patched = [], []
     for cell in cells:
         for out, base_score, change in zip((p_patched, logit_patched), (p_base, logit_base), changes[cell.site]):
             if change is None:
                 delta = torch.zeros_like(base_score)
             elif cell.site in states:
-                delta = change[cell.position]
+                delta = change[flat, at[cell.site, cell.position]]
             else:
                 delta = change[rows, where[cell.position]].sum(1)
             out.append((base_score.detach() + delta).cpu())

@@ -9,9 +9,14 @@ from, and
     value.patched(rows, pos, new)      -> the same value whose `output` is what the mixer computes when
                                           h_pos := new and the recurrence continues from it at pos + 1
                                           (positions up to pos unchanged)
+    value.every()                      -> h_t for every t: [B, T, D_state]
+    value.respond_every(delta)         -> `output` with the state after every t moved by delta[:, t] at once
+                                          (what attribution patching differentiates: O(T), not T patches)
 Every recurrence here is linear in its state, h_s = Φ_s h_{s-1} + b_s, so replacing h_t by h_t + δ changes
 every later state by Φ_s ⋯ Φ_{t+1} δ (the zero-input response from δ) and nothing before t. Each mixer
 gives `at` and that response (`respond`) on its parallel form, from the tensors its forward already has.
+Moving every state at once, by δ_t after each t, changes h_s by Φ_s g_{s-1} with g_s = Φ_s g_{s-1} + δ_s:
+one more pass of the recurrence (`_every`, `_change_every`; the defaults loop over positions instead).
 A short conv's window is not part of `state` (patch `conv_in` / `conv_out` for it).
 Work is split into row chunks of at most STATE_BUDGET floats of the largest intermediate.
 """
@@ -52,6 +57,37 @@ class StateValue:
     def _change(self, rows: torch.Tensor, pos: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """The change of `output[rows]` when the state after pos moves by delta [n, D_state]: [n, T, ...]."""
         raise NotImplementedError
+
+    @property
+    def steps(self) -> int:
+        """T, the positions of `output` (its dim 1 unless a subclass says otherwise)."""
+        return self.output.shape[1]
+
+    @property
+    def work_every(self) -> int:
+        """Floats per row in the largest intermediate of `_every` / `_change_every` (a few states per position)."""
+        return 4 * self.steps * self.size
+
+    def _every(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows [n] -> the state after every position, [n, T, D_state] (default: `_at` at each)."""
+        return torch.stack([self._at(rows, torch.full_like(rows, t)) for t in range(self.steps)], dim=1)
+
+    def _change_every(self, rows: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """The change of `output[rows]` when the state after every t moves by delta[:, t] [n, T, D_state]
+        (default: the single moves' changes added, exact where the output is linear in the state)."""
+        return sum(self._change(rows, torch.full_like(rows, t), delta[:, t]) for t in range(self.steps))
+
+    def every(self) -> torch.Tensor:
+        """The state after every position of every row: [B, T, D_state]."""
+        rows = torch.arange(self.output.shape[0], device=self.output.device)
+        return torch.cat([self._every(rows[c]) for c in row_chunks(len(rows), self.work_every)])
+
+    def respond_every(self, delta: torch.Tensor) -> torch.Tensor:
+        """`output` with the state after every t of every row moved by delta[:, t] [B, T, D_state], all at once:
+        [B, T, ...] (exact where the output is linear in the state, else to first order in delta)."""
+        rows = torch.arange(self.output.shape[0], device=self.output.device)
+        change = [self._change_every(rows[c], delta[c]) for c in row_chunks(len(rows), self.work_every)]
+        return self.output + torch.cat(change).to(self.output.dtype)
 
     def at(self, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """rows, pos [n] -> the state after pos in each row, [n, D_state]."""

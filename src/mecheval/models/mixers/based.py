@@ -26,8 +26,10 @@ from torch import nn
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.linear_attention import (
     causal_linear_attention,
-    linear_attention_patched,
     linear_attention_state_at,
+    linear_attention_state_response,
+    linear_attention_states,
+    linear_attention_states_response,
 )
 from mecheval.models.shortconv import ConvSpec
 from mecheval.models.sites import Site
@@ -72,9 +74,19 @@ class BasedState(StateValue):
 
     def _change(self, rows, pos, delta):
         d = delta.view(len(rows), self.k.shape[1], self.k.shape[3], self.v.shape[3] + 1)
-        new = linear_attention_patched(self.q[rows], self.k[rows], self.v[rows], pos, d[..., :-1], d[..., -1], self.eps)
-        acts = torch.arange(self.q.shape[2], device=pos.device)[None] > pos[:, None]  # [n, T]: after pos
-        return torch.where(acts[:, None, :, None], new - self.output[rows], 0)
+        return linear_attention_state_response(self.q[rows], self.k[rows], self.v[rows], pos, d[..., :-1], d[..., -1], self.eps)
+
+    @property
+    def steps(self) -> int:
+        return self.output.shape[2]
+
+    def _every(self, rows):
+        S, z = linear_attention_states(self.k[rows], self.v[rows])  # [n, H, T, P, Dv], [n, H, T, P]
+        return torch.cat([S, z.unsqueeze(-1)], dim=-1).transpose(1, 2).flatten(2)
+
+    def _change_every(self, rows, delta):
+        d = delta.view(len(rows), delta.shape[1], self.k.shape[1], self.k.shape[3], -1).transpose(1, 2)
+        return linear_attention_states_response(self.q[rows], self.k[rows], self.v[rows], d[..., :-1], d[..., -1], self.eps)
 
 
 class Based(Mixer):

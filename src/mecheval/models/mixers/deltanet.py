@@ -27,7 +27,13 @@ from pydantic import Field
 from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
-from mecheval.models.ops.delta_rule import delta_rule_state_at, delta_rule_state_response, delta_rule_step
+from mecheval.models.ops.delta_rule import (
+    delta_rule_state_at,
+    delta_rule_state_response,
+    delta_rule_states,
+    delta_rule_states_response,
+    delta_rule_step,
+)
 from mecheval.models.ops.dispatch import delta_rule
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
@@ -54,7 +60,7 @@ class DeltaNetState(StateValue):
 
     @property
     def work(self) -> int:
-        return self.q.shape[1] * self.v[0, 0].numel() + 2 * self.size
+        return self.q.shape[1] * (self.v[0, 0].numel() + self.size)  # every state, and the outputs
 
     def _at(self, rows, pos):
         return delta_rule_state_at(self.k[rows], self.v[rows], self.beta[rows], pos).flatten(1)
@@ -62,6 +68,13 @@ class DeltaNetState(StateValue):
     def _change(self, rows, pos, delta):
         dS = delta.view(len(rows), *self.k.shape[2:], self.v.shape[3])
         return delta_rule_state_response(self.q[rows], self.k[rows], self.beta[rows], pos, dS)
+
+    def _every(self, rows):
+        return delta_rule_states(self.k[rows], self.v[rows], self.beta[rows]).flatten(2)
+
+    def _change_every(self, rows, delta):
+        dS = delta.view(len(rows), delta.shape[1], *self.k.shape[2:], self.v.shape[3])
+        return delta_rule_states_response(self.q[rows], self.k[rows], self.beta[rows], dS)
 
 
 class DeltaNet(Mixer):

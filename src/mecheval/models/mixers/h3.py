@@ -44,6 +44,8 @@ from mecheval.models.ops.diag_ssm import (
     diag_ssm_init_state,
     diag_ssm_state_at,
     diag_ssm_state_response,
+    diag_ssm_states,
+    diag_ssm_states_response,
     diag_ssm_step,
 )
 from mecheval.models.ops.dispatch import diag_ssm
@@ -92,6 +94,13 @@ class H3State(StateValue):
     def _change(self, rows, pos, delta):
         dx = torch.view_as_complex(delta.view(len(rows), *self.kv.shape[2:], self.dA.shape[1], 2).contiguous())
         return diag_ssm_state_response(self.dA, self.C, self.kv.shape[1], pos, dx)
+
+    def _every(self, rows):
+        return torch.view_as_real(diag_ssm_states(self.kv[rows], self.dA, self.dB)).flatten(2)
+
+    def _change_every(self, rows, delta):
+        dx = delta.view(len(rows), delta.shape[1], *self.kv.shape[2:], self.dA.shape[1], 2)
+        return diag_ssm_states_response(self.dA, self.C, torch.view_as_complex(dx.contiguous()))
 
 
 class H3(Mixer):

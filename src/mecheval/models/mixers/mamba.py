@@ -38,6 +38,8 @@ from mecheval.models.ops.dispatch import selective_scan
 from mecheval.models.ops.selective_scan import (
     selective_scan_state_at,
     selective_scan_state_response,
+    selective_scan_states,
+    selective_scan_states_response,
     selective_scan_step,
 )
 from mecheval.models.shortconv import ConvSpec, ShortConv, make_conv
@@ -78,6 +80,13 @@ class MambaState(StateValue):
 
     def _change(self, rows, pos, delta):
         return selective_scan_state_response(self.delta[rows], self.A, self.Cm[rows], pos, delta.view(-1, *self.A.shape))
+
+    def _every(self, rows):
+        return selective_scan_states(self.u[rows], self.delta[rows], self.A, self.Bm[rows]).flatten(2)
+
+    def _change_every(self, rows, delta):
+        dh = delta.view(len(rows), delta.shape[1], *self.A.shape)
+        return selective_scan_states_response(self.delta[rows], self.A, self.Cm[rows], dh)
 
 
 class Mamba(Mixer):

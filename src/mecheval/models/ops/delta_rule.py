@@ -69,12 +69,8 @@ def delta_rule_state_at(k, v, beta, pos):
     """The state after pos (one per row), by the recurrence up to the latest pos (states are products of
     non-diagonal transitions, so there is no closed form per position): k [n, T, H, d_k]; v [n, T, H, d_v];
     beta [n, T, H]; pos [n] -> S [n, H, d_k, d_v]."""
-    S = k.new_zeros(k.shape[0], k.shape[2], k.shape[3], v.shape[-1])
-    out = torch.zeros_like(S)
-    for t in range(int(pos.max()) + 1):
-        _, S = delta_rule_step(k[:, t], k[:, t], v[:, t], beta[:, t], S)
-        out = torch.where((pos == t)[:, None, None, None], S, out)
-    return out
+    upto = int(pos.max()) + 1
+    return delta_rule_states(k[:, :upto], v[:, :upto], beta[:, :upto])[torch.arange(len(pos)), pos]
 
 
 def delta_rule_state_response(q, k, beta, pos, dS):
@@ -89,4 +85,27 @@ def delta_rule_state_response(q, k, beta, pos, dS):
         acts = (pos < s)[:, None, None]
         dS = torch.where(acts[..., None], moved, dS)
         out[s] = torch.where(acts, o, 0)
+    return torch.stack(out, dim=1)
+
+
+def delta_rule_states(k, v, beta):
+    """The state after every t, by the recurrence: k [n, T, H, d_k]; v [n, T, H, d_v]; beta [n, T, H]
+    -> S [n, T, H, d_k, d_v]."""
+    S, states = k.new_zeros(k.shape[0], k.shape[2], k.shape[3], v.shape[-1]), []
+    for t in range(k.shape[1]):
+        _, S = delta_rule_step(k[:, t], k[:, t], v[:, t], beta[:, t], S)
+        states.append(S)
+    return torch.stack(states, dim=1)
+
+
+def delta_rule_states_response(q, k, beta, dS):
+    """The change of o when the state after every t moves by dS[:, t] [n, T, H, d_k, d_v] at once: with
+    g_s = (I − β_s k_s k_s^T) g_{s-1} + dS_s, Δo_s = ((I − β_s k_s k_s^T) g_{s-1})^T q_s, Δo_0 = 0
+    -> [n, T, H, d_v]."""
+    zero_v = dS.new_zeros(dS.shape[0], dS.shape[2], dS.shape[4])
+    g, out = dS[:, 0], [zero_v]
+    for s in range(1, q.shape[1]):
+        o, moved = delta_rule_step(q[:, s], k[:, s], zero_v, beta[:, s], g)
+        out.append(o)
+        g = moved + dS[:, s]
     return torch.stack(out, dim=1)

@@ -117,3 +117,27 @@ def diag_ssm_state_response(dA, C, T: int, pos, dx):
         change = 2 * torch.einsum("nhem,shm->nshe", flat[rows], K).real
         y = y.index_put((rows[:, None], torch.arange(t + 1, T, device=y.device)[None]), change)
     return y.view(n, T, *dx.shape[1:-1])
+
+
+def diag_ssm_states(u, dA, dB):
+    """The state after every t, by the recurrence: u [n, T, H, *E] real -> x [n, T, H, *E, M] complex."""
+    e = u.dim() - 3
+    a, b = _modes(dA, e).to(_complex(u.dtype)), _modes(dB, e).to(_complex(u.dtype))
+    x, xs = 0, []
+    for u_t in u.unbind(1):
+        x = a * x + b * u_t[..., None]
+        xs.append(x)
+    return torch.stack(xs, dim=1)
+
+
+def diag_ssm_states_response(dA, C, dx):
+    """The change of y when the state after every t moves by dx[:, t] [n, T, H, *E, M] complex at once:
+    with g_s = dA ⊙ g_{s-1} + dx_s, Δy_s = 2 Re(C · (dA ⊙ g_{s-1})), Δy_0 = 0 -> [n, T, H, *E] real."""
+    e = dx.dim() - 4
+    a, c = _modes(dA, e).to(dx.dtype), _modes(C, e).to(dx.dtype)
+    g, dys = dx[:, 0], [dx.real.new_zeros(dx.shape[:1] + dx.shape[2:-1])]
+    for dx_s in dx[:, 1:].unbind(1):
+        moved = a * g
+        dys.append(2 * (c * moved).sum(-1).real)
+        g = moved + dx_s
+    return torch.stack(dys, dim=1)

@@ -50,11 +50,29 @@ def linear_attention_state_at(k: torch.Tensor, v: torch.Tensor, pos: torch.Tenso
     return k.transpose(-1, -2) @ v, k.sum(-2)
 
 
-def linear_attention_patched(q, k, v, pos, dS, dz, eps: float = 1e-12) -> torch.Tensor:
-    """The output when the sums after pos move by dS [n, H, P, Dv], dz [n, H, P]: for t > pos the numerator
-    gains q_t · dS and the normaliser q_t · dz (the sums carry no decay), by the T × T form -> [n, H, T, Dv]."""
+def linear_attention_states(k: torch.Tensor, v: torch.Tensor):
+    """The running sums after every t: S [n, H, T, P, Dv], z [n, H, T, P] (k [n, H, T, P], v [n, H, T, Dv])."""
+    return (k[..., :, None] * v[..., None, :]).cumsum(2), k.cumsum(2)
+
+
+def _change_from_moved_sums(q, k, v, dnum, dden, eps: float) -> torch.Tensor:
+    """The change of the output when its numerator moves by dnum [n, H, T, Dv] and its normaliser by dden
+    [n, H, T, 1] (exactly 0 where both are 0), by the T × T form."""
     scores = (q @ k.transpose(-1, -2)).tril()
+    num, den = scores @ v, scores.sum(-1, keepdim=True) + eps
+    return (num + dnum) / (den + dden) - num / den
+
+
+def linear_attention_state_response(q, k, v, pos, dS, dz, eps: float = 1e-12) -> torch.Tensor:
+    """The change of the output when the sums after pos move by dS [n, H, P, Dv], dz [n, H, P]: for t > pos the
+    numerator gains q_t · dS and the normaliser q_t · dz (the sums carry no decay) -> [n, H, T, Dv]."""
     acts = (torch.arange(q.shape[2], device=q.device)[None] > pos[:, None]).to(q.dtype)[:, None, :, None]
-    num = scores @ v + acts * (q @ dS)
-    den = scores.sum(-1, keepdim=True) + acts * (q @ dz.unsqueeze(-1))
-    return num / (den + eps)
+    return _change_from_moved_sums(q, k, v, acts * (q @ dS), acts * (q @ dz.unsqueeze(-1)), eps)
+
+
+def linear_attention_states_response(q, k, v, dS, dz, eps: float = 1e-12) -> torch.Tensor:
+    """The change of the output when the sums after every t move by dS[:, :, t] [n, H, T, P, Dv] and
+    dz[:, :, t] [n, H, T, P] at once: at s the sums carry the moves of every t < s -> [n, H, T, Dv]."""
+    before = lambda d: F.pad(d.cumsum(2)[:, :, :-1], (0, 0) * (d.dim() - 3) + (1, 0))  # Σ_{t<s} d_t
+    dnum = torch.einsum("nhtp,nhtpd->nhtd", q, before(dS))
+    return _change_from_moved_sums(q, k, v, dnum, (q * before(dz)).sum(-1, keepdim=True), eps)

@@ -108,3 +108,19 @@ def selective_scan_state_response(delta, A, Cm, pos, dh):
     gap = torch.where(acts[..., None], c - c_t, 0.0)
     decay = torch.exp(gap[..., None] * A) * acts[..., None, None]  # gap >= 0
     return torch.einsum("ntdk,ndk,ntk->ntd", decay, dh, Cm)
+
+
+def selective_scan_states(u, delta, A, Bm):
+    """The state after every t, by the recurrence: u, delta [n, T, Di]; A [Di, N]; Bm [n, T, N] -> h [n, T, Di, N]."""
+    a = torch.exp(delta[..., None] * A)
+    return linear_scan(a, (delta * u)[..., None] * Bm[:, :, None, :], dim=1)
+
+
+def selective_scan_states_response(delta, A, Cm, dh):
+    """The change of y when the state after every t moves by dh[:, t] [n, T, Di, N] at once: with
+    g_s = exp(Δ_s A) ⊙ g_{s-1} + dh_s (the moves carried forward), Δy_s = C_s · (exp(Δ_s A) ⊙ g_{s-1}),
+    Δy_0 = 0. delta [n, T, Di]; A [Di, N]; Cm [n, T, N] -> Δy [n, T, Di]."""
+    a = torch.exp(delta[..., None] * A)
+    g = linear_scan(a, dh, dim=1)
+    dy = torch.einsum("ntdk,ntk->ntd", a[:, 1:] * g[:, :-1], Cm[:, 1:])
+    return F.pad(dy, (0, 0, 1, 0))
