@@ -8,7 +8,8 @@
   gradients   every parameter gets a finite, non-zero gradient
   sites       every `Site` in the mixer is named `layers.0.<attr>`, visited by forward in the order it
               is registered (the order `LM.sites()` lists), [B, T, D_site]; a `StateSite` carries a
-              `StateValue` whose state patched with itself at every position changes nothing
+              `StateValue` whose state patched with itself at every position changes nothing and whose
+              `every()` is `at()` at each position
   conv slot   d_conv 0: no conv parameters, no `conv_out`; k: exactly the k taps per channel; "long":
               builds and runs (a mixer without a slot refuses d_conv != 0)
   learns      a 2-layer LM of the mixer fits a fixed batch of 2-pair AR (`learn=False` skips it)
@@ -173,11 +174,14 @@ class Suite:
     @staticmethod
     def _state_is_consistent(name: str, value: StateValue) -> None:
         rows = torch.arange(B)
+        every = value.every()
         for t in range(T):
             pos = torch.full((B,), t)
             h = value.at(rows, pos)
             if tuple(h.shape) != (B, value.size):
                 raise Failed(f"state site {name}: at() gives {list(h.shape)}, not [B={B}, D_state={value.size}]")
+            if not torch.allclose(every[:, t], h, atol=ATOL, rtol=ATOL):
+                raise Failed(f"state site {name}: every()[:, {t}] is not at() at {t}")
             moved = value.patched(rows, pos, h).output
             if not torch.allclose(moved, value.output, atol=ATOL, rtol=ATOL):
                 raise Failed(f"state site {name}: patching the state after {t} with itself changes the output")
