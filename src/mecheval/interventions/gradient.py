@@ -65,7 +65,11 @@ def gradient_cells(
         def fn(value):
             seen[n] = value
             moves[n] = torch.zeros(B, value.steps, value.size, dtype=value.output.dtype, device=base.device, requires_grad=True)
-            return dataclasses.replace(value, output=value.respond_every(moves[n]))
+            # the change is 0 at a zero move whatever the recurrence's inputs, so its derivative in them is 0
+            # too: detached, backward runs through it for the move only
+            inputs = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.name != "output"}
+            frozen = dataclasses.replace(value, **{k: v.detach() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+            return dataclasses.replace(value, output=frozen.respond_every(moves[n]))
 
         return fn
 

@@ -86,7 +86,9 @@ class StateValue:
         """`output` with the state after every t of every row moved by delta[:, t] [B, T, D_state], all at once:
         [B, T, ...] (exact where the output is linear in the state, else to first order in delta)."""
         rows = torch.arange(self.output.shape[0], device=self.output.device)
-        change = [self._change_every(rows[c], delta[c]) for c in row_chunks(len(rows), self.work_every)]
+        chunks = list(row_chunks(len(rows), self.work_every))
+        moves = delta.split([c.stop - c.start for c in chunks])  # one backward node, not a full-size one per chunk
+        change = [self._change_every(rows[c], d) for c, d in zip(chunks, moves)]
         return self.output + torch.cat(change).to(self.output.dtype)
 
     def at(self, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

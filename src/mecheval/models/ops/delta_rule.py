@@ -90,10 +90,10 @@ def delta_rule_state_response(q, k, beta, pos, dS):
 
 def delta_rule_states(k, v, beta):
     """The state after every t, by the recurrence: k [n, T, H, d_k]; v [n, T, H, d_v]; beta [n, T, H]
-    -> S [n, T, H, d_k, d_v]."""
+    -> S [n, T, H, d_k, d_v]. (unbind: one backward node per input, not T.)"""
     S, states = k.new_zeros(k.shape[0], k.shape[2], k.shape[3], v.shape[-1]), []
-    for t in range(k.shape[1]):
-        _, S = delta_rule_step(k[:, t], k[:, t], v[:, t], beta[:, t], S)
+    for k_t, v_t, beta_t in zip(k.unbind(1), v.unbind(1), beta.unbind(1)):
+        _, S = delta_rule_step(k_t, k_t, v_t, beta_t, S)
         states.append(S)
     return torch.stack(states, dim=1)
 
@@ -103,9 +103,10 @@ def delta_rule_states_response(q, k, beta, dS):
     g_s = (I − β_s k_s k_s^T) g_{s-1} + dS_s, Δo_s = ((I − β_s k_s k_s^T) g_{s-1})^T q_s, Δo_0 = 0
     -> [n, T, H, d_v]."""
     zero_v = dS.new_zeros(dS.shape[0], dS.shape[2], dS.shape[4])
-    g, out = dS[:, 0], [zero_v]
-    for s in range(1, q.shape[1]):
-        o, moved = delta_rule_step(q[:, s], k[:, s], zero_v, beta[:, s], g)
+    moves = dS.unbind(1)
+    g, out = moves[0], [zero_v]
+    for q_s, k_s, beta_s, dS_s in zip(*(x.unbind(1)[1:] for x in (q, k, beta)), moves[1:]):
+        o, moved = delta_rule_step(q_s, k_s, zero_v, beta_s, g)
         out.append(o)
-        g = moved + dS[:, s]
+        g = moved + dS_s
     return torch.stack(out, dim=1)

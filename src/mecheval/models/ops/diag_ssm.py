@@ -135,8 +135,9 @@ def diag_ssm_states_response(dA, C, dx):
     with g_s = dA ⊙ g_{s-1} + dx_s, Δy_s = 2 Re(C · (dA ⊙ g_{s-1})), Δy_0 = 0 -> [n, T, H, *E] real."""
     e = dx.dim() - 4
     a, c = _modes(dA, e).to(dx.dtype), _modes(C, e).to(dx.dtype)
-    g, dys = dx[:, 0], [dx.real.new_zeros(dx.shape[:1] + dx.shape[2:-1])]
-    for dx_s in dx[:, 1:].unbind(1):
+    moves = dx.unbind(1)  # one backward node, not T
+    g, dys = moves[0], [dx.real.new_zeros(dx.shape[:1] + dx.shape[2:-1])]
+    for dx_s in moves[1:]:
         moved = a * g
         dys.append(2 * (c * moved).sum(-1).real)
         g = moved + dx_s
