@@ -76,16 +76,11 @@ def delta_rule_state_at(k, v, beta, pos):
 def delta_rule_state_response(q, k, beta, pos, dS):
     """The change of o when the state after pos moves by dS [n, H, d_k, d_v]: the zero-input response
     dS_s = (I − β_s k_s k_s^T) dS_{s-1} for s > pos (the delta rule with v = 0), Δo_s = dS_s^T q_s;
-    0 for s <= pos. q, k [n, T, H, d_k]; beta [n, T, H] -> Δo [n, T, H, d_v]."""
-    T = q.shape[1]
-    zero_v = dS.new_zeros(dS.shape[0], dS.shape[1], dS.shape[3])
-    out = [torch.zeros_like(zero_v)] * T
-    for s in range(int(pos.min()) + 1, T):
-        o, moved = delta_rule_step(q[:, s], k[:, s], zero_v, beta[:, s], dS)
-        acts = (pos < s)[:, None, None]
-        dS = torch.where(acts[..., None], moved, dS)
-        out[s] = torch.where(acts, o, 0)
-    return torch.stack(out, dim=1)
+    0 for s <= pos. q, k [n, T, H, d_k]; beta [n, T, H] -> Δo [n, T, H, d_v]. (The one move of
+    `delta_rule_states_response`.)"""
+    moves = dS.new_zeros(dS.shape[0], q.shape[1], *dS.shape[1:])
+    moves[torch.arange(len(pos)), pos] = dS
+    return delta_rule_states_response(q, k, beta, moves)
 
 
 def delta_rule_states(k, v, beta):
