@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mecheval.training import ConfigError, TrainConfig, load_config, validate_config
-from mecheval.training.config import dump_config, parse_override
+from mecheval.training.config import config_diff, dump_config, parse_override
 
 BASE = {
     "task": {"name": "ar", "params": {"n_pairs": 4, "n_keys": 16, "n_values": 16}},
@@ -96,3 +96,7 @@ def test_fingerprint_ignores_device_and_resources_only():
     assert validate_config(BASE, {"device": "cpu", "resources.num_cpus": 4}).fingerprint() == cfg.fingerprint()
     assert validate_config(BASE, {"seed": 1}).fingerprint() != cfg.fingerprint()
     assert validate_config(BASE, {"optim.lr": 2e-3}).fingerprint() != cfg.fingerprint()
+    assert validate_config(BASE, {"train_order": "replay"}).fingerprint() != cfg.fingerprint()
+    assert "train_order" not in cfg.identity()  # a later field at its default: earlier runs keep their fingerprint
+    written = cfg.model_dump(mode="json")
+    assert config_diff(written, cfg) == [] and config_diff({k: v for k, v in written.items() if k != "train_order"}, cfg) == []

@@ -54,6 +54,17 @@ def test_pool_epochs_visit_every_example_once(pool, batch, epochs):
     assert torch.equal(stream.batch(steps - 1).tokens, TrainStream(TASK, batch, 0, pool).batch(steps - 1).tokens)
 
 
+@settings(max_examples=15, deadline=None)
+@given(pool=st.integers(4, 40), batch=st.integers(1, 16))
+def test_replay_reads_the_pool_in_the_same_order_every_epoch(pool, batch):
+    stream = TrainStream(TASK, batch, seed=0, pool_size=pool, order="replay")
+    steps = -(-3 * pool // batch)
+    rows = torch.cat([stream.batch(s).tokens for s in range(steps)])[: 3 * pool]
+    assert torch.equal(rows, stream.pool.tokens.repeat(3, 1))  # the pool as sampled, three times over
+    shuffled = TrainStream(TASK, batch, seed=0, pool_size=pool)
+    assert torch.equal(shuffled.pool.tokens, stream.pool.tokens)  # the order is all that differs
+
+
 def test_eval_sets_depend_only_on_their_seed():
     a, b = eval_sets(TASK, ["train", "test"], 16, 5), eval_sets(TASK, ["train", "test"], 16, 5)
     assert all(torch.equal(a[s].tokens, b[s].tokens) for s in a)

@@ -117,6 +117,9 @@ class TrainConfig(_Strict):
     steps: int = Field(gt=0)
     batch_size: int = Field(32, gt=0)
     train_size: int | None = Field(None, gt=0, description="a fixed pool of training examples; None: fresh each step")
+    train_order: Literal["shuffle", "replay"] = Field(
+        "shuffle", description="the pool's order per epoch: a new permutation, or the same order every epoch (the study's)"
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig)
     early_stop: EarlyStop | None = None
     log_every: int = Field(10, gt=0)
@@ -151,8 +154,9 @@ class TrainConfig(_Strict):
         return self
 
     def identity(self) -> dict:
-        """The fields that change the weights or metrics (not device, checkpoints, snapshots, resources, loggers)."""
-        return self.model_dump(mode="json", exclude=NOT_IDENTITY)
+        """The fields that change the weights or metrics (not device, checkpoints, snapshots, resources, loggers).
+        Fields added after runs were made are left out at their defaults, so those runs keep their identity."""
+        return _without_later_defaults(self.model_dump(mode="json", exclude=NOT_IDENTITY))
 
     def fingerprint(self) -> str:
         """A hash of `identity()`: equal fingerprints, equal runs."""
@@ -160,6 +164,11 @@ class TrainConfig(_Strict):
 
 
 NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers"}
+ADDED_LATER = {"train_order": "shuffle"}  # field -> the default that earlier runs trained with
+
+
+def _without_later_defaults(identity: dict) -> dict:
+    return {k: v for k, v in identity.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
 
 
 def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:
@@ -171,7 +180,7 @@ def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:
         if old.fingerprint() == new.fingerprint():
             return []
         old = old.identity()
-    a = flatten({k: v for k, v in old.items() if k not in NOT_IDENTITY})
+    a = flatten(_without_later_defaults({k: v for k, v in old.items() if k not in NOT_IDENTITY}))
     b = flatten(new.identity())
     return [f"{k}: run has {a.get(k, '(absent)')!r}, given {b.get(k, '(absent)')!r}"
             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]

@@ -22,18 +22,25 @@ class TrainStream:
     """The training batches of a run: `batch(step)` -> Batch of `batch_size` examples.
 
     Without a pool, step s samples fresh examples with seed derive_seed(seed, "train", s).
-    With `pool_size`, a fixed pool of examples is sampled once and read in epochs, each epoch a
-    seeded permutation (batches run across epoch boundaries when the pool is not a multiple).
+    With `pool_size`, a fixed pool of examples is sampled once and read in epochs (batches run across
+    epoch boundaries when the pool is not a multiple): `order="shuffle"` reads each epoch in a new
+    seeded permutation, `order="replay"` reads the pool in the same order every epoch (the published
+    study's protocol: the same batches in the same order each epoch).
     """
 
-    def __init__(self, task: Task, batch_size: int, seed: int, pool_size: int | None = None) -> None:
-        self.task, self.batch_size, self.seed = task, batch_size, seed
+    def __init__(
+        self, task: Task, batch_size: int, seed: int, pool_size: int | None = None, order: str = "shuffle"
+    ) -> None:
+        if order not in ("shuffle", "replay"):
+            raise ValueError(f"order must be 'shuffle' or 'replay', got {order!r}")
+        self.task, self.batch_size, self.seed, self.order = task, batch_size, seed, order
         self.pool = task.sample(pool_size, derive_seed(seed, "pool"), "train") if pool_size else None
         self._perm: tuple[int, torch.Tensor] | None = None  # (epoch, permutation) cache
 
     def state(self) -> dict:
         """What identifies the stream (the step is the rest of its state)."""
-        return {"seed": self.seed, "batch_size": self.batch_size, "pool_size": None if self.pool is None else len(self.pool)}
+        pool = None if self.pool is None else len(self.pool)
+        return {"seed": self.seed, "batch_size": self.batch_size, "pool_size": pool, "order": self.order}
 
     def _epoch_perm(self, epoch: int) -> torch.Tensor:
         if self._perm is None or self._perm[0] != epoch:
@@ -47,6 +54,8 @@ class TrainStream:
         n = len(self.pool)
         flat = torch.arange(step * self.batch_size, (step + 1) * self.batch_size)
         epoch, rows = flat // n, flat % n
+        if self.order == "replay":
+            return self.pool.select(rows)
         for e in epoch.unique().tolist():
             rows[epoch == e] = self._epoch_perm(e)[rows[epoch == e]]
         return self.pool.select(rows)

@@ -162,7 +162,7 @@ class Trainer:
         self.lm = build_model(cfg.model).to(self.device)
         o = cfg.optim
         self.opt = torch.optim.AdamW(self.lm.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
-        self.stream = TrainStream(self.task, cfg.batch_size, cfg.seed, cfg.train_size)
+        self.stream = TrainStream(self.task, cfg.batch_size, cfg.seed, cfg.train_size, cfg.train_order)
         self.evals = {k: v.to(self.device) for k, v in eval_sets(self.task, cfg.eval.splits, cfg.eval.size, cfg.eval.seed).items()}
         self.step, self.wall_s, self.tokens = 0, 0.0, 0
         self.accum = self._zero_accum()
