@@ -61,3 +61,20 @@ def test_final_norm_defaults_to_the_last_layers_and_can_be_set():
     assert isinstance(lm.norm_f, nn.LayerNorm) and isinstance(lm.layers[0].norm1, nn.RMSNorm)
     with pytest.raises(ValueError, match="final_norm"):
         ModelConfig(vocab_size=10, mixer="mamba", final_norm="batchnorm")
+
+
+def test_norm_eps_reaches_every_norm_and_defaults_to_torchs():
+    default, study = mamba_lm("zoology", final_norm="layernorm"), mamba_lm("zoology", final_norm="layernorm", norm_eps=1e-5)
+    assert [blk.norm1.eps for blk in default.layers] == [None, None] and default.norm_f.eps == 1e-5  # torch's
+    assert [blk.norm1.eps for blk in study.layers] == [1e-5, 1e-5] and study.norm_f.eps == 1e-5
+    tokens = random_tokens(4, 9, 1)
+    # at the study's init the residual stream has mean square ~ 4e-4: eps 1e-5 visibly changes the logits
+    assert not torch.allclose(default(tokens), study(tokens), atol=1e-3)
+
+
+def test_final_norm_bias_is_a_layernorm_bias():
+    lm = mamba_lm("zoology", final_norm="layernorm", final_norm_bias=True)
+    assert isinstance(lm.norm_f, nn.LayerNorm) and lm.norm_f.bias is not None
+    assert mamba_lm("zoology", final_norm="layernorm").norm_f.bias is None
+    with pytest.raises(ValueError, match="final_norm_bias needs final_norm 'layernorm'"):
+        ModelConfig(preset="mamba", vocab_size=64, final_norm_bias=True)

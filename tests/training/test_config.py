@@ -100,3 +100,17 @@ def test_fingerprint_ignores_device_and_resources_only():
     assert "train_order" not in cfg.identity()  # a later field at its default: earlier runs keep their fingerprint
     written = cfg.model_dump(mode="json")
     assert config_diff(written, cfg) == [] and config_diff({k: v for k, v in written.items() if k != "train_order"}, cfg) == []
+
+
+@pytest.mark.parametrize("field,value", [("model.norm_eps", 1e-5), ("model.final_norm_bias", True)])
+def test_model_fields_added_later_keep_earlier_fingerprints(field, value):
+    """A config written before a model field existed is the same run as one with the field at its default."""
+    cfg = validate_config(BASE, {"model.final_norm": "layernorm"})
+    name = field.split(".")[1]
+    assert name not in cfg.identity()["model"]
+    written = cfg.model_dump(mode="json")
+    older = {**written, "model": {k: v for k, v in written["model"].items() if k != name}}
+    assert config_diff(older, cfg) == []
+    changed = validate_config(BASE, {"model.final_norm": "layernorm", field: value})
+    assert changed.fingerprint() != cfg.fingerprint()
+    assert config_diff(older, changed) == [f"{field}: run has '(absent)', given {value!r}"]

@@ -47,6 +47,11 @@ class ModelConfig(BaseModel):
     mlp_ratio: int = Field(4, gt=0)
     tie_embeddings: bool = True
     final_norm: NormKind | None = Field(None, description="the norm before the head; None: the last layer's")
+    final_norm_bias: bool = Field(False, description="a bias in the final norm (a LayerNorm), as the study's code has")
+    norm_eps: float | None = Field(
+        None, gt=0, description="eps of every norm; None: torch's defaults (LayerNorm 1e-5, RMSNorm finfo(float32).eps"
+        " ≈ 1.2e-7); the study's code: 1e-5 for both, which counts where the residual stream starts at std 0.02"
+    )
     init: Literal["mecheval", "zoology"] = Field(
         "mecheval",
         description="mecheval: h_0 = sqrt(D) E, E ~ N(0, 1/D), P ~ N(0, 1). zoology (Mamba models only), as the"
@@ -105,6 +110,8 @@ class ModelConfig(BaseModel):
         object.__setattr__(self, "norm", norms)
         if self.final_norm is None:
             object.__setattr__(self, "final_norm", norms[-1])
+        if self.final_norm_bias and self.final_norm != "layernorm":
+            raise ValueError(f"final_norm_bias needs final_norm 'layernorm' (an RMSNorm has no bias), got {self.final_norm!r}")
         if self.pos_emb is None:
             object.__setattr__(self, "pos_emb", "learned" if any(s.positions for s in specs) else "none")
         return self

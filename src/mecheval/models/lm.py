@@ -29,8 +29,11 @@ from mecheval.models.sites import Site
 ZOOLOGY_STD = 0.02  # the std of embeddings (token and position) in the study's code (zoology's _init_weights)
 
 
-def make_norm(kind: str, d: int) -> nn.Module:
-    return nn.LayerNorm(d, bias=False) if kind == "layernorm" else nn.RMSNorm(d)
+def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = False) -> nn.Module:
+    """A LayerNorm (bias only if asked) or an RMSNorm over the last dim d; eps None: torch's default for each."""
+    if kind == "layernorm":
+        return nn.LayerNorm(d, eps=1e-5 if eps is None else eps, bias=bias)
+    return nn.RMSNorm(d, eps=eps)
 
 
 class MLP(nn.Module):
@@ -50,10 +53,10 @@ class Block(nn.Module):
         super().__init__()
         spec = mixer_spec(cfg.mixer[i])
         self.resid_pre, self.mixer_in, self.mixer_out, self.resid_mid = Site(), Site(), Site(), Site()
-        self.norm1 = make_norm(cfg.norm[i], cfg.d_model)
+        self.norm1 = make_norm(cfg.norm[i], cfg.d_model, cfg.norm_eps)
         self.mixer = spec.cls(cfg.d_model, cfg.d_conv[i], cfg.mixer_options(cfg.mixer[i]), i, cfg.max_len)
         if cfg.mlp[i]:
-            self.norm2 = make_norm(cfg.norm[i], cfg.d_model)
+            self.norm2 = make_norm(cfg.norm[i], cfg.d_model, cfg.norm_eps)
             self.mlp = MLP(cfg.d_model, cfg.mlp_ratio)
             self.mlp_out = Site()
         else:
@@ -95,7 +98,7 @@ class LM(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.pos_emb == "learned" else None
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        self.norm_f = make_norm(cfg.final_norm, cfg.d_model)
+        self.norm_f = make_norm(cfg.final_norm, cfg.d_model, cfg.norm_eps, cfg.final_norm_bias)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._init_weights()
         self._sites = self._name_sites()

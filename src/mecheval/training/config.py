@@ -164,11 +164,19 @@ class TrainConfig(_Strict):
 
 
 NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers"}
-ADDED_LATER = {"train_order": "shuffle"}  # field -> the default that earlier runs trained with
+# field (dotted) -> the default that earlier runs trained with
+ADDED_LATER = {"train_order": "shuffle", "model.norm_eps": None, "model.final_norm_bias": False}
 
 
-def _without_later_defaults(identity: dict) -> dict:
-    return {k: v for k, v in identity.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
+def _without_later_defaults(identity: dict, prefix: str = "") -> dict:
+    """`identity` without the fields of ADDED_LATER at their defaults, at any depth."""
+    kept = {}
+    for k, v in identity.items():
+        key = prefix + k
+        if key in ADDED_LATER and v == ADDED_LATER[key]:
+            continue
+        kept[k] = _without_later_defaults(v, key + ".") if isinstance(v, dict) else v
+    return kept
 
 
 def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:
