@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import math
 
-from mecheval.interventions.state_readout import COLUMNS, state_curve, state_summary
+import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mecheval.interventions.state_readout import COLUMNS, DENSE_OFFSETS, readout_offsets, state_curve, state_summary
 
 from .test_engine import random_lm
 
@@ -39,3 +43,13 @@ def test_summary_finds_where_the_association_enters_and_what_is_left_at_the_answ
     s = state_summary(pd.DataFrame(rows))
     assert s.to_dict("records") == [{"layer": 1, "enters": 2, "peak": 0.9, "peak_lo": 0.8, "peak_hi": 1.0,
                                      "last": 0.7, "last_lo": 0.6, "last_hi": 0.8, "last_n": 10}]
+
+
+@given(first=st.integers(0, 3), extra=st.integers(0, 400))
+def test_readout_offsets_read_every_near_offset_then_a_geometric_grid_up_to_the_farthest(first, extra):
+    last = first + extra
+    offsets = readout_offsets(first, last)
+    assert offsets[0] == first and offsets[-1] == last and offsets == sorted(set(offsets))
+    assert offsets[:DENSE_OFFSETS] == list(range(first, min(last, first + DENSE_OFFSETS - 1) + 1))
+    assert len(offsets) <= DENSE_OFFSETS + 1 + math.ceil(math.log(max(last, 2), 1.5))
+    assert all(b <= max(a + 1, round(a * 1.5)) for a, b in zip(offsets, offsets[1:]) if b != last)

@@ -45,13 +45,15 @@ def present_sites(names: list[str], patterns: list[str]) -> list[str]:
 
 
 ANALYSES = ("conv-window", "state")  # optional analyses of `intervene_run` (`--analysis`)
+STATE_EXAMPLES = 512  # the state readout reads at most the first 512 examples (its cost is O(T · state) per example and point)
 
 
 def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int = 0) -> pd.DataFrame | None:
     """The state readout (`state_readout.state_curve`) of a model with state sites on `batch` (the examples
-    outside the conv reach): RUN_DIR/state_curve.parquet and interventions/state_curve.png; None without."""
+    outside the conv reach; the first STATE_EXAMPLES): RUN_DIR/state_curve.parquet and interventions/state_curve.png; None without."""
     if not state_sites(lm):
         return None
+    batch = batch.select(slice(0, STATE_EXAMPLES))
     curve = state_curve(lm, task, batch, corrupt=corrupt, seed=seed)
     curve.to_parquet(run_dir / "state_curve.parquet", index=False)
     state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
