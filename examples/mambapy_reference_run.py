@@ -5,7 +5,8 @@ Both models share the embedding, the final norm and the tied head; only the bloc
 `mecheval.models.mixers.mamba` on the fused CPU kernels; theirs: mambapy's `ResidualBlock`, RMSNorm eps
 1e-5 as mamba_ssm, its parallel scan in pure PyTorch), with every block weight copied from ours. Each
 step trains both on one batch of the config's training stream with the config's AdamW and schedule.
-Writes OUT/trajectory.csv (step, loss and test accuracy of each) and prints where they part.
+Writes OUT/trajectory.csv (step, loss and test accuracy of each) at every evaluation and prints where
+they part.
 
     python examples/mambapy_reference_run.py results/paper-d64/mamba-published/published.yaml \
         --steps 3000 --out results/paper-d64/mamba-published/mambapy-reference
@@ -25,6 +26,7 @@ import yaml
 from mambapy.mamba import MambaConfig, ResidualBlock
 from torch import nn
 
+from mecheval.common import atomic_write_text
 from mecheval.models import build_model
 from mecheval.tasks import make_task
 from mecheval.training import validate_config
@@ -73,6 +75,7 @@ def main(config: Path, out: Path = typer.Option(...), steps: int = 3000, eval_ev
     cfg = validate_config(yaml.safe_load(config.read_text()))
     if cfg.model.preset != "mamba" or not cfg.model.options.get("mamba", {}).get("conv_bias"):
         raise typer.BadParameter("needs an all-Mamba config with options.mamba.conv_bias: true (mambapy's conv has a bias)")
+    out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     ours = build_model(cfg.model)
@@ -100,11 +103,10 @@ def main(config: Path, out: Path = typer.Option(...), steps: int = 3000, eval_ev
             if (step + 1) % eval_every == 0:
                 row[f"test_acc_{name}"] = evaluate(lm, test, cfg.eval.batch_size, False)["acc"]
         rows.append(row)
-        if (step + 1) % eval_every == 0:
+        if (step + 1) % eval_every == 0 or step + 1 == steps:  # written as it goes: a killed run keeps its steps
             print({k: round(v, 4) for k, v in row.items()}, flush=True)
-    out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out / "trajectory.csv", pd.DataFrame(rows).to_csv(index=False))
     df = pd.DataFrame(rows)
-    df.to_csv(out / "trajectory.csv", index=False)
     gap = (df["loss_ours"] - df["loss_mambapy"]).abs()
     print(f"{steps} steps of {cfg.steps} (the schedule's); CPU s/step ours {seconds['ours'] / steps:.3f}, "
           f"mambapy {seconds['mambapy'] / steps:.3f}; |loss gap| max {gap.max():.2e}, "
