@@ -78,3 +78,16 @@ def test_final_norm_bias_is_a_layernorm_bias():
     assert mamba_lm("zoology", final_norm="layernorm").norm_f.bias is None
     with pytest.raises(ValueError, match="final_norm_bias needs final_norm 'layernorm'"):
         ModelConfig(preset="mamba", vocab_size=64, final_norm_bias=True)
+
+
+def test_study_build_is_the_published_fields_and_explicit_fields_win():
+    explicit = dict(init="zoology", final_norm="layernorm", final_norm_bias=True, norm_eps=1e-5,
+                    options={"mamba": {"conv_bias": True}})
+    a = build(make_config("mamba", d_model=64, vocab_size=4096, build="study"))
+    b = build(make_config("mamba", d_model=64, vocab_size=4096, **explicit))
+    tokens = random_tokens(3, 11, 2)
+    assert torch.equal(a(tokens), b(tokens))  # the same fields, the same draws: the same model bit for bit
+    cfg = make_config("mamba", 0, vocab_size=4096, build="study", norm_eps=1e-6)
+    assert cfg.norm_eps == 1e-6 and "conv_bias" not in cfg.options.get("mamba", {})  # no conv, no conv bias
+    with pytest.raises(ValueError, match="build 'study'"):
+        make_config("attention", build="study")

@@ -65,3 +65,18 @@ def test_cpu_seeds_and_conv_labels_select_runs():
     assert runs[0].config.early_stop.acc == 0.99
     with pytest.raises(ValueError, match="no architecture"):
         STUDIES["quick"].sweep("cpu", archs=["mamba (d_conv 3)"])
+
+
+@pytest.mark.parametrize("name", ["ar-architectures", "ar-mamba-conv", "atr-mamba-noconv"])
+def test_paper_scale_mamba_is_built_as_the_study_builds_it(name):
+    paper = expand(SweepConfig.model_validate(STUDIES[name].sweep("paper", widths=[64], lrs=[1e-2])))
+    cpu = expand(SweepConfig.model_validate(STUDIES[name].sweep("cpu")))
+    for r in paper:
+        m = r.config.model
+        if m.preset == "mamba":
+            assert (m.build, m.init, m.final_norm, m.final_norm_bias, m.norm_eps) == ("study", "zoology", "layernorm", True, 1e-5)
+            assert m.options.get("mamba", {}).get("conv_bias", False) == (m.d_conv[0] != 0)
+            assert "build-study" in r.name
+        else:
+            assert m.build == "mecheval" and m.init == "mecheval"
+    assert all(r.config.model.build == "mecheval" and r.config.model.norm_eps is None for r in cpu)

@@ -11,6 +11,9 @@ from mecheval.models.shortconv import ConvSpec, validate_conv_spec
 from mecheval.plugins import PluginError
 
 NormKind = Literal["layernorm", "rmsnorm"]
+# `build: study`: the LM fields of the study's code (tinylang's Zoology LM: zoology's init and final
+# LayerNorm, mamba_ssm's RMSNorm eps); see docs/mamba-published-scale.md
+STUDY_BUILD = {"init": "zoology", "final_norm": "layernorm", "final_norm_bias": True, "norm_eps": 1e-5}
 
 
 def _per_layer(value: Any, n_layers: int, field: str) -> list:
@@ -61,6 +64,12 @@ class ModelConfig(BaseModel):
         None, gt=0, description="std of the token embeddings; None: d_model ** -0.5 (init mecheval), 0.02 (zoology)"
     )
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    build: Literal["mecheval", "study"] = Field(
+        "mecheval",
+        description="study (Mamba models only): the LM as the study's code builds it, where a field is not set"
+        " explicitly: init zoology, final LayerNorm with a bias, norm eps 1e-5, the conv bias of mamba_ssm"
+        " (when every layer has a short conv; d_conv 0 has no conv and so no bias)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -96,6 +105,8 @@ class ModelConfig(BaseModel):
                 raise ValueError(f"d_conv: layer {i} mixer {mixers[i]!r} has no convolution (use 0)")
             mlps[i] = s.default_mlp if mlps[i] is None else mlps[i]
             norms[i] = s.default_norm if norms[i] is None else norms[i]
+        if self.build == "study":
+            self._apply_study_build(mixers, convs)
         for name, opts in self.options.items():
             try:
                 mixer_spec(name).options(**opts)
@@ -115,6 +126,17 @@ class ModelConfig(BaseModel):
         if self.pos_emb is None:
             object.__setattr__(self, "pos_emb", "learned" if any(s.positions for s in specs) else "none")
         return self
+
+    def _apply_study_build(self, mixers: list[str], convs: list) -> None:
+        """`build: study`: the fields of STUDY_BUILD and mamba's conv bias, where not set explicitly."""
+        if set(mixers) != {"mamba"}:
+            raise ValueError(f"build 'study' is the study's code's LM for Mamba models only; mixers are {mixers}")
+        for name, value in STUDY_BUILD.items():
+            if name not in self.model_fields_set:
+                object.__setattr__(self, name, value)
+        mamba = self.options.get("mamba", {})
+        if "conv_bias" not in mamba and all(isinstance(c, int) and c >= 1 for c in convs):
+            object.__setattr__(self, "options", {**self.options, "mamba": {**mamba, "conv_bias": True}})
 
     def mixer_options(self, name: str):
         """The validated options of mixer `name` (its defaults updated by `options[name]`)."""

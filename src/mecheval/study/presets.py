@@ -21,6 +21,9 @@ PAPER_WIDTHS = [16, 32, 64, 128, 256]
 PAPER_LRS = [3e-5, 1e-4, 3e-4, 1e-3, 3e-3]
 PAPER_TRAIN_SIZE = 100_032  # the published fixed training set (16 epochs of batch 32 on AR, 32 on ATR)
 ZOO = ["attention", "based", "mamba", "deltanet", "hyena", "baseconv", "h3"]
+# preset -> the `model.build` of its paper-scale runs: Mamba as the study's code builds it (init, final
+# LayerNorm, norm eps, conv bias: docs/mamba-published-scale.md); the cpu scale keeps our default build
+PAPER_BUILD = {"mamba": "study"}
 
 AR_PAPER = {"name": "ar", "params": {}}
 AR_CPU = {"name": "ar", "params": {"n_pairs": 4, "n_keys": 64, "n_values": 64}}
@@ -94,7 +97,15 @@ class Study:
         points = self.archs if paper else self.cpu_archs or self.archs
         if archs is not None:
             points = _select_archs(points, archs, self.name)
+        if paper:
+            points = [_with_paper_build(p) for p in points]
         return {"base": base, "list": points, "grid": grid}
+
+
+def _with_paper_build(point: dict) -> dict:
+    """The point with its preset's paper-scale build (PAPER_BUILD), if it has one."""
+    build = PAPER_BUILD.get(point.get("model.preset"))
+    return point if build is None else {**point, "model.build": build}
 
 
 def point_label(point: dict) -> str:

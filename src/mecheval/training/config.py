@@ -165,7 +165,7 @@ class TrainConfig(_Strict):
 
 NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers"}
 # field (dotted) -> the default that earlier runs trained with
-ADDED_LATER = {"train_order": "shuffle", "model.norm_eps": None, "model.final_norm_bias": False}
+ADDED_LATER = {"train_order": "shuffle", "model.norm_eps": None, "model.final_norm_bias": False, "model.build": "mecheval"}
 
 
 def _without_later_defaults(identity: dict, prefix: str = "") -> dict:
