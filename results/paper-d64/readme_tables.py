@@ -23,6 +23,13 @@ def interval(d: dict, key: str) -> str:
     return f"{d[key]:.2f} [{d[key + '_lo']:.2f}, {d[key + '_hi']:.2f}]"
 
 
+def accuracy_read(v: dict) -> str:
+    """The readout's accuracy outside the conv reach with its n; all examples where none lies outside (H3)."""
+    if "acc_outside" in v:
+        return f"{interval(v, 'acc_outside')} ({v['n_outside']})"
+    return f"{interval(v, 'acc_all')} ({v['n_all']}, all: none outside the reach)"
+
+
 def conv_binding(run: Path) -> str:
     """`layer L key+o: a` for the conv output that restores most, and the accuracy without that layer's lagged taps."""
     if not (run / "conv_window.parquet").exists():
@@ -50,7 +57,7 @@ def row(run: Path) -> str | None:
     v = json.loads(verdict.read_text())
     learned = v["verdict"] != "not learned"  # else the attributions and conv cells are noise
     attribs = [interval(v, f"attrib@{r}") if learned and f"attrib@{r}_lo" in v else "–" for r in ("key", "value", "query")]
-    outside = f"{interval(v, 'acc_outside')} ({v['n_outside']})"
+    outside = accuracy_read(v)
     return f"| {run.name} | {evals[-1]:.3f} | {outside} | {v['verdict']} | {' | '.join(attribs)} | {conv_binding(run) if learned else '–'} | {stop} |"
 
 
