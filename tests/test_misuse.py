@@ -523,3 +523,12 @@ def test_a_killed_run_keeps_its_snapshots_and_its_resume_writes_the_rest(tmp_pat
         now = read_tensors(out / "snapshots" / n)
         assert n not in kept or same(now, kept[n]), f"{n} changed on resume"
         assert same(now, read_tensors(tmp_path / "ref" / "snapshots" / n)), f"{n} differs from the uninterrupted run's"
+
+
+@pytest.mark.parametrize("args,says", [(["--train-order", "sorted"], "must be shuffle or replay"),
+                                       (["--train-order", "replay"], "train_order applies to the paper scale")])
+def test_a_bad_train_order_is_one_line(tmp_path, args, says):
+    result = cli("study", "quick", *args, "--out", tmp_path, "--quiet")
+    text = " ".join(line.strip(" │") for line in result.output.splitlines())  # typer's usage box wraps lines
+    assert result.exit_code == 2 and "Traceback" not in result.output and says in " ".join(text.split())
+    assert not (tmp_path / "sweep.yaml").exists()

@@ -80,3 +80,14 @@ def test_paper_scale_mamba_is_built_as_the_study_builds_it(name):
         else:
             assert m.build == "mecheval" and m.init == "mecheval"
     assert all(r.config.model.build == "mecheval" and r.config.model.norm_eps is None for r in cpu)
+
+
+def test_paper_scale_reads_the_fixed_set_in_the_studys_order_unless_told():
+    runs = lambda **kw: expand(SweepConfig.model_validate(STUDIES["ar-architectures"].sweep("paper", widths=[64], lrs=[1e-3], **kw)))  # noqa: E731
+    assert {r.config.train_order for r in runs()} == {"replay"}
+    shuffled = runs(train_order="shuffle")
+    assert {r.config.train_order for r in shuffled} == {"shuffle"}
+    assert "train_order" not in shuffled[0].config.identity()  # the committed d = 64 runs keep their fingerprints
+    assert all(r.config.train_order == "shuffle" for r in expand(SweepConfig.model_validate(STUDIES["quick"].sweep("cpu"))))
+    with pytest.raises(ValueError, match="train_order applies to the paper scale"):
+        STUDIES["quick"].sweep("cpu", train_order="replay")

@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         archs: Annotated[Optional[str], typer.Option(help="Architectures to keep, comma-separated labels, e.g. 'attention,mamba (d_conv 0)'; a mixer's import path (mypkg.mod:MyMixer) adds it.")] = None,
         new: Annotated[bool, typer.Option("--new", help="Restart afresh the runs in --out made with a different spec (else refused).")] = False,
         early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,
+        train_order: Annotated[Optional[str], typer.Option("--train-order", help="paper scale: the fixed set in one order every epoch (replay, the study's; default) or a new one each epoch (shuffle).")] = None,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     ) -> None:
@@ -51,12 +52,14 @@ def register(app: typer.Typer) -> None:
             "widths": _numbers(widths, int, "--widths"), "lrs": _numbers(lrs, float, "--lrs"),
             "seeds": _numbers(seeds, int, "--seeds"),
             "archs": None if archs is None else [a.strip() for a in archs.split(",") if a.strip()],
-            "early_stop": early_stop,
+            "early_stop": early_stop, "train_order": train_order,
         }
+        if train_order not in (None, "shuffle", "replay"):
+            raise typer.BadParameter(f"must be shuffle or replay, got {train_order!r}", param_hint="--train-order")
         try:
             STUDIES[preset].sweep(scale, **axes)
         except ValueError as e:
-            raise typer.BadParameter(str(e), param_hint="--archs") from None
+            raise typer.BadParameter(str(e), param_hint="--train-order" if "train_order" in str(e) else "--archs") from None
         report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, new=new, **axes)
         print_summary(report, Console())
 
