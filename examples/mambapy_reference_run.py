@@ -51,7 +51,8 @@ class MambapyBlock(nn.Module):
 
 @torch.no_grad()
 def with_mambapy_blocks(lm: nn.Module) -> nn.Module:
-    """A copy of `lm` (an all-Mamba LM with a conv bias) whose blocks are mambapy's, with our weights."""
+    """A copy of `lm` (an all-Mamba LM with short convs) whose blocks are mambapy's, with our weights (a zero
+    conv bias where ours has none: mambapy's conv always has one)."""
     ref = copy.deepcopy(lm)
     first = lm.layers[0].mixer
     cfg = MambaConfig(d_model=lm.cfg.d_model, n_layers=len(lm.layers), d_state=first.d_state, dt_rank=first.dt_rank,
@@ -62,7 +63,7 @@ def with_mambapy_blocks(lm: nn.Module) -> nn.Module:
         for name in ("in_proj", "x_proj", "dt_proj", "out_proj"):
             getattr(theirs.mixer, name).load_state_dict(getattr(m, name).state_dict())
         theirs.mixer.conv1d.weight.copy_(m.conv.weight)
-        theirs.mixer.conv1d.bias.copy_(m.conv_bias)
+        theirs.mixer.conv1d.bias.copy_(torch.zeros_like(theirs.mixer.conv1d.bias) if m.conv_bias is None else m.conv_bias)
         theirs.mixer.A_log.copy_(m.A_log)
         theirs.mixer.D.copy_(m.D)
         theirs.norm.weight.copy_(ours.norm1.weight)
