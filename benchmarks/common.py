@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 
-def _seconds(fn: Callable[[], object]) -> float:
+def seconds(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -21,10 +21,10 @@ def median_seconds(fn: Callable[[], object], repeats: int = 3, warmup: int = 1, 
     loop at T=1024) costs one call, not two.
     """
     for _ in range(warmup):
-        first = _seconds(fn)
+        first = seconds(fn)
         if first > budget_s:
             return first
     times: list[float] = []
     while len(times) < repeats and sum(times) < budget_s:
-        times.append(_seconds(fn))
+        times.append(seconds(fn))
     return statistics.median(times)

@@ -3,29 +3,31 @@
 1. Speed, side by side in one run: every site (residual and inside the mixers) × every position of a
    2-layer d = 64 model on AR with 4 pairs (the CPU task) and 16 (the published count) over 64 + 64, N examples, key corrupted; the exact
    engine (`patch_cells`) and the estimate (`gradient_cells`) in interleaved rounds. Prints cells/s and
-   the ratio.
+   the ratio, for every mixer.
 2. Agreement on trained runs (default: seed 0 of every architecture committed under results/cpu):
    attribution per (site, role) cell by both methods, on the examples outside the conv reach; Spearman's
    rank correlation, the largest absolute error and the cells off by more than 0.2 (the recurrent
    state sites included).
 
-    python benchmarks/gradient_patching.py [--n 256] [--mixer attention] [--pairs 4 16] [--runs RUN_DIR ...] [--threads 1]
+    python benchmarks/gradient_patching.py [--n 256] [--mixers attention mamba ...] [--pairs 4 16] [--runs RUN_DIR ...] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 
 import pandas as pd
 import torch
 from scipy import stats
 
-from common import median_seconds
+from common import seconds
 from mecheval.interventions import Cell, interchange, patch_cells, resolve_sites
 from mecheval.interventions.artefact import subsets
 from mecheval.interventions.gradient import gradient_cells
 from mecheval.models.lm import build_model
+from mecheval.models.mixers import MIXERS
 from mecheval.tasks import make_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +43,9 @@ SITES = ["resid_pre", "conv_out", "state", "core_out", "mixer_out", "resid_post"
 ERROR = 0.2  # a cell whose estimate is off by more than this is listed as wrong
 
 
-def speed(n: int, mixer: str, pairs: int) -> None:
+def speed(n: int, mixer: str, pairs: int, rounds: int = 3) -> dict:
+    """Exact and gradient patching of every site × every position, in `rounds` interleaved rounds
+    (exact, gradient, a plain forward), medians: one row of the speed table."""
     task = make_task("ar", n_pairs=pairs, n_keys=64, n_values=64)
     torch.manual_seed(0)
     lm = build_model(dict(vocab_size=task.vocab_size, d_model=64, n_layers=2, max_len=64, mixer=mixer)).eval()
@@ -51,16 +55,23 @@ def speed(n: int, mixer: str, pairs: int) -> None:
     where = {str(t): torch.full((n,), t) for t in range(T)}
     cells = [Cell(s, p) for s in resolve_sites(lm, ["*"]) for p in where]
     args = (lm, corrupted, batch.tokens, cells, where, batch.answer, batch.answer_pos)
-    exact_s = median_seconds(lambda: patch_cells(*args), repeats=3)
-    grad_s = median_seconds(lambda: gradient_cells(*args), repeats=3)
-    with torch.no_grad():
-        forward_s = median_seconds(lambda: lm(batch.tokens), repeats=3)
-    print(f"\n{mixer}, 2 layers, d 64, AR {pairs} pairs: {len(cells)} cells ({len(cells) // T} sites × {T} positions) × {n} examples, "
-          f"{torch.get_num_threads()} threads")
-    print(f"{'method':<12}{'s':>10}{'cells/s':>12}{'forwards':>10}")
-    for name, s in (("exact", exact_s), ("gradient", grad_s)):
-        print(f"{name:<12}{s:>10.3f}{len(cells) / s:>12.0f}{s / forward_s:>10.1f}")
-    print(f"gradient / exact cells/s: {exact_s / grad_s:.1f}x (forwards: the time in forward passes of the model on the batch)")
+
+    def forward():
+        with torch.no_grad():
+            lm(batch.tokens)
+
+    timed = {"exact": lambda: patch_cells(*args), "gradient": lambda: gradient_cells(*args), "forward": forward}
+    for fn in timed.values():  # warm-up
+        fn()
+    times = {k: [] for k in timed}
+    for _ in range(rounds):
+        for k, fn in timed.items():
+            times[k].append(seconds(fn))
+    exact_s, grad_s, forward_s = (statistics.median(times[k]) for k in timed)
+    return {"mixer": mixer, "pairs": pairs, "cells": len(cells), "sites": len(cells) // T, "T": T, "n": n,
+            "exact s": exact_s, "gradient s": grad_s, "exact cells/s": len(cells) / exact_s,
+            "gradient cells/s": len(cells) / grad_s, "exact (forwards)": exact_s / forward_s,
+            "gradient (forwards)": grad_s / forward_s, "gradient / exact": exact_s / grad_s}
 
 
 def agreement(run_dirs: list[str], n: int) -> pd.DataFrame:
@@ -96,15 +107,18 @@ def agreement(run_dirs: list[str], n: int) -> pd.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=256, help="examples")
-    ap.add_argument("--mixer", default="attention", help="the speed model's mixer")
+    ap.add_argument("--mixers", nargs="*", default=sorted(MIXERS), help="the speed models' mixers (default: all)")
     ap.add_argument("--pairs", type=int, nargs="*", default=[4, 16], help="AR pairs of the speed runs (4: the CPU task; 16: as published)")
     ap.add_argument("--runs", nargs="*", default=DEFAULT_RUNS, help="trained run directories for the agreement table")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    for pairs in args.pairs:
-        speed(args.n, args.mixer, pairs)
+    rows = [speed(args.n, m, p) for p in args.pairs for m in args.mixers]
+    if rows:
+        print(f"\nspeed: every site × every position of a 2-layer d = 64 model, key corrupted, {torch.get_num_threads()} threads "
+              f"(forwards: the time in plain forward passes of the model on the batch):")
+        print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     table = agreement(args.runs, args.n)
     if len(table):
         print(f"\nagreement on trained runs (key corrupted, sites {', '.join(SITES)} × 4 roles):")

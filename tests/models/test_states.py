@@ -116,9 +116,9 @@ def test_patching_the_own_state_at_every_position_changes_nothing(name):
 @pytest.mark.parametrize("mode", ["auto", "reference"])
 @pytest.mark.parametrize("name", list(STATEFUL))
 def test_every_state_and_all_moves_at_once_equal_one_position_at_a_time(name, mode):
-    """`every` is `at` at each position; `respond_every(δ)` (one pass of the recurrence) is the sum of the
-    single moves' responses (`StateValue`'s defaults): exactly for outputs linear in the state, to first
-    order for Based's normalised output (δ of 1e-6)."""
+    """`every` is `at` at each position; the mixer's `_change_every(δ)` (one pass of the recurrence) is the
+    sum of the single moves' responses (`StateValue`'s default): exactly for outputs linear in the state, to
+    first order for Based's normalised output (δ of 1e-6)."""
     B, eps = 3, 1e-6
     m = mixer(name, 5)
     x = torch.randn(B, T, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
@@ -129,12 +129,40 @@ def test_every_state_and_all_moves_at_once_equal_one_position_at_a_time(name, mo
     torch.testing.assert_close(value.every(), h_ref, atol=1e-9, rtol=0)
     torch.testing.assert_close(StateValue._every(value, rows), h_ref, atol=1e-9, rtol=0)
     delta = eps * torch.randn(B, T, value.size, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    at_once = (value.respond_every(delta) - value.output) / eps
+    at_once = value._change_every(rows, delta) / eps
     singly = StateValue._change_every(value, rows, delta) / eps
     assert at_once.abs().max() > 1e-3  # the moves reach the output
     torch.testing.assert_close(at_once, singly, atol=1e-6, rtol=1e-5)
     first = at_once.select(2 if name == "based" else 1, 0)
     assert torch.equal(first, torch.zeros_like(first))  # nothing moves before position 1
+
+
+@pytest.mark.parametrize("name", list(STATEFUL))
+def test_first_order_of_every_state_cell_is_the_single_patch_s_derivative(name):
+    """`first_order_every(source, [g])[:, t]` is ⟨d/dε output(h_t := h_t + ε (h'_t − h_t)), g⟩ at ε = 0 for every
+    t (the single-position `respond`, by central differences), and the closed forms (H3, Based) are the
+    generic pass's."""
+    B, eps = 3, 1e-4
+    m = mixer(name, 7)
+    gen = torch.Generator().manual_seed(4)
+    x, x2 = (torch.randn(B, T, D, dtype=torch.float64, generator=gen) for _ in range(2))
+    with torch.no_grad(), record({"s": m.state}) as seen:
+        m(x2)
+        source = seen["s"]
+        m(x)
+        value = seen["s"]
+    g = torch.randn(value.output.shape, dtype=torch.float64, generator=gen)
+    rows = torch.arange(B)
+    (first,) = value.first_order_every(source, [g])
+    assert first.shape == (B, T)
+    for t in range(T):
+        pos = torch.full((B,), t)
+        d = source.at(rows, pos) - value.at(rows, pos)
+        moved = [(value.respond(rows, pos, s * eps * d) * g).flatten(1).sum(1) for s in (1, -1)]
+        torch.testing.assert_close(first[:, t], (moved[0] - moved[1]) / (2 * eps), atol=1e-6, rtol=1e-6)
+    assert first.abs().max() > 1e-3
+    generic = StateValue._first_order(value, source, rows, [g])[0]  # through `_change_every`
+    torch.testing.assert_close(generic, first, atol=1e-9, rtol=1e-9)
 
 
 def test_one_position_per_example():
@@ -147,18 +175,25 @@ def test_one_position_per_example():
 
 
 def test_state_reads_are_chunked_within_the_budget(monkeypatch):
-    """A budget smaller than one row's work: every row is its own chunk, same states."""
+    """A budget smaller than one row's work: every row is its own chunk, same states and first-order products."""
     m = mixer("h3")
-    x = torch.randn(4, T, D, dtype=torch.float64)
+    x, x2 = torch.randn(2, 4, T, D, dtype=torch.float64)
     with torch.no_grad(), record({"s": m.state}) as seen:
+        m(x2)
+        source = seen["s"]
         m(x)
+    value = seen["s"]
     rows, pos = torch.arange(4), torch.tensor([1, 5, 10, 0])
-    whole = seen["s"].at(rows, pos)
-    every, moved = seen["s"].every(), seen["s"].respond_every(torch.ones(4, T, seen["s"].size, dtype=torch.float64))
+    g = torch.randn_like(value.output)
+
+    def reads():
+        return value.at(rows, pos), value.every(), *value.first_order_every(source, [g, 2 * g])
+
+    whole = reads()
+    assert whole[2].abs().max() > 1e-3
     monkeypatch.setattr("mecheval.models.states.STATE_BUDGET", 1)
-    torch.testing.assert_close(seen["s"].at(rows, pos), whole, atol=1e-12, rtol=0)
-    torch.testing.assert_close(seen["s"].every(), every, atol=1e-12, rtol=0)
-    torch.testing.assert_close(seen["s"].respond_every(torch.ones_like(every)), moved, atol=1e-12, rtol=0)
+    for again, before in zip(reads(), whole):
+        torch.testing.assert_close(again, before, atol=1e-12, rtol=0)
 
 
 # --- the engine: state cells of a whole LM against the stepped model -------------------------------

@@ -10,21 +10,21 @@ with m the answer's probability (and, separately, its logit), averaged over the 
 grow with the number of cells. The estimate is exact for a model linear in the site; it errs where m
 saturates (a softmax near 0 or 1) or the patch moves the activation far (for Based's state, whose
 normaliser divides, too); `benchmarks/gradient_patching.py`
-measures by how much on trained runs. A state site (`models.states`) gets ∂m/∂h_t for every t from one
-zero leaf [B, T, D_state] that moves the state after every position at once (`StateValue.respond_every`:
-one more pass of the recurrence, not one response per position).
+measures by how much on trained runs. A state site (`models.states`) takes ∂m/∂(the tensor the state
+feeds) from the same backward pass, and `StateValue.first_order_every` turns it into (h_source,t − h_t) ·
+∂m/∂h_t for every t: one more pass of the recurrence per row chunk (a closed form for H3's time-invariant
+SSM), not one response per position.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from mecheval.interventions.engine import Cell, _as_2d, _run, answer_scores, one_position
 from mecheval.models.lm import LM
-from mecheval.models.sites import attach, record
+from mecheval.models.sites import record
 from mecheval.models.states import StateSite
 
 
@@ -59,24 +59,10 @@ def gradient_cells(
     with torch.no_grad(), record(sites, names) as src:
         p_source, logit_source = _scores(lm, source, answer, answer_pos)
         src = dict(src)
-    moves, seen = {}, {}
-
-    def move(n):  # the state after every position moved by a zero leaf at once: ∂m/∂(state) by autograd
-        def fn(value):
-            seen[n] = value
-            moves[n] = torch.zeros(B, value.steps, value.size, dtype=value.output.dtype, device=base.device, requires_grad=True)
-            # the change is 0 at a zero move whatever the recurrence's inputs, so its derivative in them is 0
-            # too: detached, backward runs through it for the move only
-            inputs = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.name != "output"}
-            frozen = dataclasses.replace(value, **{k: v.detach() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
-            return dataclasses.replace(value, output=frozen.respond_every(moves[n]))
-
-        return fn
-
-    tensors = [n for n in names if n not in states]
-    with torch.enable_grad(), attach(sites, {n: move(n) for n in states}), record(sites, tensors) as acts:
+    with torch.enable_grad(), record(sites, names) as acts:
         p_base, logit_base = _scores(lm, base, answer, answer_pos)
-        inputs = [moves[n] if n in states else acts[n] for n in names]
+        acts = dict(acts)
+        inputs = [acts[n].output if n in states else acts[n] for n in names]  # a state: ∂m/∂(what it feeds)
         grad_p = torch.autograd.grad(p_base.sum(), inputs, retain_graph=True, allow_unused=True)
         grad_logit = torch.autograd.grad(logit_base.sum(), inputs, allow_unused=True)
     # per site, the first-order change of each score from patching each position alone: [B, T] (the state
@@ -84,14 +70,16 @@ def gradient_cells(
     changes: dict[str, tuple] = {}
     with torch.no_grad():
         for n, gp, gl in zip(names, grad_p, grad_logit):
-            diff = src[n].every() - seen[n].every() if n in states else src[n] - acts[n].detach()  # [B, T, D_site]
-            changes[n] = tuple(None if g is None else (diff * g).sum(-1) for g in (gp, gl))
+            grads = [torch.zeros_like(inputs[names.index(n)]) if g is None else g for g in (gp, gl)]
+            if n in states:
+                changes[n] = tuple(acts[n].detached().first_order_every(src[n], grads))
+            else:
+                diff = src[n] - acts[n].detach()  # [B, T, D_site]
+                changes[n] = tuple((diff * g).sum(-1) for g in grads)
     p_patched, logit_patched = [], []
     for cell in cells:
         for out, base_score, change in zip((p_patched, logit_patched), (p_base, logit_base), changes[cell.site]):
-            if change is None:
-                delta = torch.zeros_like(base_score)
-            elif cell.site in states:
+            if cell.site in states:
                 delta = change[flat, at[cell.site, cell.position]]
             else:
                 delta = change[rows, where[cell.position]].sum(1)

@@ -10,13 +10,14 @@ from, and
                                           h_pos := new and the recurrence continues from it at pos + 1
                                           (positions up to pos unchanged)
     value.every()                      -> h_t for every t: [B, T, D_state]
-    value.respond_every(delta)         -> `output` with the state after every t moved by delta[:, t] at once
-                                          (what attribution patching differentiates: O(T), not T patches)
+    value.first_order_every(src, gs)   -> (h_src,t − h_t) · ∂m/∂h_t for every t, given ∂m/∂output (what
+                                          attribution patching needs: O(T), not T patches)
 Every recurrence here is linear in its state, h_s = Φ_s h_{s-1} + b_s, so replacing h_t by h_t + δ changes
 every later state by Φ_s ⋯ Φ_{t+1} δ (the zero-input response from δ) and nothing before t. Each mixer
 gives `at` and that response (`respond`) on its parallel form, from the tensors its forward already has.
 Moving every state at once, by δ_t after each t, changes h_s by Φ_s g_{s-1} with g_s = Φ_s g_{s-1} + δ_s:
-one more pass of the recurrence (`_every`, `_change_every`; the defaults loop over positions instead).
+one more pass of the recurrence (`_every`, `_change_every`; the defaults loop over positions instead),
+which `first_order_every` differentiates.
 A short conv's window is not part of `state` (patch `conv_in` / `conv_out` for it).
 Work is split into row chunks of at most STATE_BUDGET floats of the largest intermediate.
 """
@@ -24,7 +25,7 @@ Work is split into row chunks of at most STATE_BUDGET floats of the largest inte
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -82,14 +83,38 @@ class StateValue:
         rows = torch.arange(self.output.shape[0], device=self.output.device)
         return torch.cat([self._every(rows[c]) for c in row_chunks(len(rows), self.work_every)])
 
-    def respond_every(self, delta: torch.Tensor) -> torch.Tensor:
-        """`output` with the state after every t of every row moved by delta[:, t] [B, T, D_state], all at once:
-        [B, T, ...] (exact where the output is linear in the state, else to first order in delta)."""
+    @property
+    def work_first_order(self) -> int:
+        """Floats per row in the largest intermediate of `_first_order` (sets its row chunks)."""
+        return self.work_every
+
+    def _first_order(self, source: "StateValue", rows: torch.Tensor, grads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """`first_order_every` of rows [n] (grads: those rows' [n, T, ...]). Default: the states' difference δ
+        scaled by a leaf ε [n, T] is carried by `_change_every`, linear in it, so ∂/∂ε_t ⟨change, g⟩ is the
+        product asked for."""
+        with torch.no_grad():
+            delta = source._every(rows) - self._every(rows)  # [n, T, D_state]
+        with torch.enable_grad():
+            eps = torch.zeros(delta.shape[:2], dtype=delta.dtype, device=delta.device, requires_grad=True)
+            change = self._change_every(rows, eps[..., None] * delta)
+            return [torch.autograd.grad(change, eps, g.to(change.dtype), retain_graph=True)[0] for g in grads]
+
+    def first_order_every(self, source: "StateValue", grads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """For each g = ∂m/∂output [B, T, ...] in `grads`: (h_source,t − h_t) · ∂m/∂h_t for every t, [B, T],
+        the first-order change of m from setting this value's state after t to the source's (attribution
+        patching of every state cell), row chunk by row chunk (never [B, T, D_state] for the whole batch).
+        The values must be detached (`detached`)."""
         rows = torch.arange(self.output.shape[0], device=self.output.device)
-        chunks = list(row_chunks(len(rows), self.work_every))
-        moves = delta.split([c.stop - c.start for c in chunks])  # one backward node, not a full-size one per chunk
-        change = [self._change_every(rows[c], d) for c, d in zip(chunks, moves)]
-        return self.output + torch.cat(change).to(self.output.dtype)
+        parts: list[list[torch.Tensor]] = [[] for _ in grads]
+        for c in row_chunks(len(rows), self.work_first_order):
+            for part, value in zip(parts, self._first_order(source, rows[c], [g[c] for g in grads])):
+                part.append(value)
+        return [torch.cat(p) for p in parts]
+
+    def detached(self) -> "StateValue":
+        """The same value with every tensor detached from the autograd graph."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **{k: v.detach() for k, v in fields.items() if isinstance(v, torch.Tensor)})
 
     def at(self, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """rows, pos [n] -> the state after pos in each row, [n, D_state]."""

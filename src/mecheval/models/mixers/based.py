@@ -25,6 +25,7 @@ from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.linear_attention import (
+    linear_attention_first_order,
     causal_linear_attention,
     linear_attention_state_at,
     linear_attention_state_response,
@@ -87,6 +88,15 @@ class BasedState(StateValue):
     def _change_every(self, rows, delta):
         d = delta.view(len(rows), delta.shape[1], self.k.shape[1], self.k.shape[3], -1).transpose(1, 2)
         return linear_attention_states_response(self.q[rows], self.k[rows], self.v[rows], d[..., :-1], d[..., -1], self.eps)
+
+    def _first_order(self, source, rows, grads):
+        """The closed form of `ops.linear_attention` (the sums carry no decay: the T × T form, no state)."""
+        q, k, v = self.q[rows], self.k[rows], self.v[rows]
+        return [linear_attention_first_order(q, k, v, source.k[rows], source.v[rows], g.to(q.dtype), self.eps) for g in grads]
+
+    @property
+    def work_first_order(self) -> int:
+        return self.work
 
 
 class Based(Mixer):

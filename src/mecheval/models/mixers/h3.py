@@ -41,6 +41,7 @@ from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.diag_ssm import (
+    diag_ssm_first_order,
     diag_ssm_init_state,
     diag_ssm_state_at,
     diag_ssm_state_response,
@@ -101,6 +102,15 @@ class H3State(StateValue):
     def _change_every(self, rows, delta):
         dx = delta.view(len(rows), delta.shape[1], *self.kv.shape[2:], self.dA.shape[1], 2)
         return diag_ssm_states_response(self.dA, self.C, torch.view_as_complex(dx.contiguous()))
+
+    @property
+    def work_first_order(self) -> int:
+        return 2 * self.kv.shape[2] * self.steps**2  # the [H, T, T] pair products
+
+    def _first_order(self, source, rows, grads):
+        """The closed form of `ops.diag_ssm` (time-invariant: from kv' − kv and the kernel, no state)."""
+        du = source.kv[rows] - self.kv[rows]
+        return [diag_ssm_first_order(du, g.to(du.dtype), self.dA, self.dB, self.C) for g in grads]
 
 
 class H3(Mixer):

@@ -16,6 +16,7 @@ import math
 import torch
 
 from mecheval.models.ops.fft_conv import fft_conv
+from mecheval.models.ops.straddle import straddle_sum
 
 
 def _powers(dA, n: int, step: int = 1) -> torch.Tensor:
@@ -142,3 +143,20 @@ def diag_ssm_states_response(dA, C, dx):
         dys.append(2 * (c * moved).sum(-1).real)
         g = moved + dx_s
     return torch.stack(dys, dim=1)
+
+
+def diag_ssm_first_order(du, g, dA, dB, C):
+    """For every t, the first-order change of m from setting the state after t to another input's,
+    (x'_t − x_t) · ∂m/∂x_t, from du = u' − u and g = ∂m/∂y (both [n, T, H, *E] real) -> [n, T].
+
+    The SSM is time-invariant, so x'_t − x_t = Σ_{r<=t} dA^{t-r} dB du_r, and moving x_t changes y_s (s > t)
+    by 2 Re(C dA^{s-t} ·): the product is Σ_{r<=t<s} Σ_{h,e} du_r K_{s-r} g_s with the SSM's own kernel K
+    (`diag_ssm_kernel`); the modes never appear. M[r, s] = Σ du_r K_{s-r} g_s over (h, e) for r < s, summed
+    over the pairs straddling t (`straddle_sum`): O(T² H E) per row, no state materialised."""
+    n, T, H = du.shape[:3]
+    K = diag_ssm_kernel(dA, dB, C, T).to(du.dtype)  # [T, H]
+    lag = torch.arange(T, device=du.device)
+    lags = lag[None, :] - lag[:, None]  # [r, s] -> s - r
+    toeplitz = K[lags.clamp(min=0)].permute(2, 0, 1)  # [H, r, s]: K_{s-r} (r >= s never summed)
+    pairs = torch.einsum("nrhe,nshe->nhrs", du.reshape(n, T, H, -1), g.reshape(n, T, H, -1))
+    return straddle_sum((pairs * toeplitz).sum(1))  # M [n, r, s] -> Σ_{r<=t<s} M[r, s]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mecheval.models.ops.straddle import straddle_sum
+
 
 def causal_linear_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int = 64, eps: float = 1e-12
@@ -76,3 +78,22 @@ def linear_attention_states_response(q, k, v, dS, dz, eps: float = 1e-12) -> tor
     before = lambda d: F.pad(d.cumsum(2)[:, :, :-1], (0, 0) * (d.dim() - 3) + (1, 0))  # Σ_{t<s} d_t
     dnum = torch.einsum("nhtp,nhtpd->nhtd", q, before(dS))
     return _change_from_moved_sums(q, k, v, dnum, (q * before(dz)).sum(-1, keepdim=True), eps)
+
+
+def linear_attention_first_order(q, k, v, k2, v2, g, eps: float = 1e-12) -> torch.Tensor:
+    """For every t, the first-order change of m from setting the sums after t to another input's,
+    (S'_t − S_t, z'_t − z_t) · ∂m/∂(S_t, z_t), from the keys and values of both inputs (k2, v2: the other's)
+    and g = ∂m/∂y [n, H, T, Dv] -> [n, T].
+
+    Moving the sums after t by (dS, dz) moves y_s (s > t) by (q_s dS − y_s q_s · dz) / den_s to first order,
+    and dS_t = Σ_{r<=t} (k'_r v'_r^T − k_r v_r^T), dz_t = Σ_{r<=t} (k'_r − k_r). With a_s = g_s / den_s and
+    b_s = y_s · a_s the product is Σ_{r<=t<s} N[r, s] over heads,
+        N[r, s] = (q_s · k'_r)(v'_r · a_s − b_s) − (q_s · k_r)(v_r · a_s − b_s):
+    the quadratic (T × T) form of linear attention, no state materialised."""
+    scores = q @ k.transpose(-1, -2)  # [n, H, s, r]
+    den = scores.tril().sum(-1, keepdim=True) + eps  # [n, H, T, 1]
+    a = g / den
+    b = ((scores.tril() @ v) / den * a).sum(-1, keepdim=True)  # y_s · a_s: [n, H, T, 1]
+    term = lambda kk, vv: (q @ kk.transpose(-1, -2)) * (a @ vv.transpose(-1, -2) - b)  # [n, H, s, r]
+    N = (term(k2, v2) - term(k, v)).sum(1).transpose(-1, -2)  # [n, r, s]
+    return straddle_sum(N)
