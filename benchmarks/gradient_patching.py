@@ -47,9 +47,10 @@ def speed(n: int, mixer: str, pairs: int, rounds: int = 3) -> dict:
     """Exact and gradient patching of every site × every position, in `rounds` interleaved rounds
     (exact, gradient, a plain forward), medians: one row of the speed table."""
     task = make_task("ar", n_pairs=pairs, n_keys=64, n_values=64)
-    torch.manual_seed(0)
-    lm = build_model(dict(vocab_size=task.vocab_size, d_model=64, n_layers=2, max_len=64, mixer=mixer)).eval()
     batch = task.sample(n, seed=0, split="test")
+    torch.manual_seed(0)
+    lm = build_model(dict(vocab_size=task.vocab_size, d_model=64, n_layers=2, max_len=max(64, batch.tokens.shape[1]),
+                          mixer=mixer)).eval()
     corrupted = task.corrupt(batch, "key", 0).tokens
     T = batch.tokens.shape[1]
     where = {str(t): torch.full((n,), t) for t in range(T)}
