@@ -77,3 +77,13 @@ def test_options_reach_the_mixer():
     bad = CliRunner().invoke(app, ["check-mixer", "attention", "--no-learn", "-o", "n_heads=3"])
     assert bad.exit_code == 1 and "not divisible" in bad.output
     assert CliRunner().invoke(app, ["check-mixer", "attention", "--no-learn", "-o", "n_heads=2"]).exit_code == 0
+
+
+def test_a_wrong_first_order_state_product_fails_the_sites_check(monkeypatch):
+    """A state whose `_first_order` (what attribution patching reads) is off by a factor is caught."""
+    from mecheval.models.mixers.h3 import H3State
+
+    right = H3State._first_order
+    monkeypatch.setattr(H3State, "_first_order", lambda self, *a: [2 * x for x in right(self, *a)])
+    got = results(check_mixer("h3", learn=False))
+    assert got["sites"][0] == "fail" and "is not the derivative along the patch" in got["sites"][1], got["sites"]

@@ -8,8 +8,9 @@
   gradients   every parameter gets a finite, non-zero gradient
   sites       every `Site` in the mixer is named `layers.0.<attr>`, visited by forward in the order it
               is registered (the order `LM.sites()` lists), [B, T, D_site]; a `StateSite` carries a
-              `StateValue` whose state patched with itself at every position changes nothing and whose
-              `every()` is `at()` at each position
+              `StateValue` whose state patched with itself at every position changes nothing, whose
+              `every()` is `at()` at each position and whose `first_order_every` is the derivative
+              of the single patch
   conv slot   d_conv 0: no conv parameters, no `conv_out`; k: exactly the k taps per channel; "long":
               builds and runs (a mixer without a slot refuses d_conv != 0)
   learns      a 2-layer LM of the mixer fits a fixed batch of 2-pair AR (`learn=False` skips it)
@@ -163,6 +164,7 @@ class Suite:
             for n in sorted(named):
                 if isinstance(seen[n], StateValue):
                     self._state_is_consistent(n, seen[n])
+                    self._first_order_is_the_derivative(lm, n)
                 elif seen[n].dim() != 3 or tuple(seen[n].shape[:2]) != (B, T):
                     raise Failed(f"site {n} carries {list(seen[n].shape)}, not [B={B}, T={T}, D_site]")
             has_conv_out = "layers.0.conv_out" in named
@@ -185,6 +187,27 @@ class Suite:
             moved = value.patched(rows, pos, h).output
             if not torch.allclose(moved, value.output, atol=ATOL, rtol=ATOL):
                 raise Failed(f"state site {name}: patching the state after {t} with itself changes the output")
+
+    @staticmethod
+    def _first_order_is_the_derivative(lm, name: str) -> None:
+        """`first_order_every(source, [g])[:, t]` (what attribution patching uses) is the derivative of
+        ⟨output, g⟩ along the single patch h_t -> h_t + ε (h'_t − h_t) (central differences, float64)."""
+        lm = lm.double()
+        with torch.no_grad(), record(lm.sites(), [name]) as seen:
+            lm(torch.arange(B * T).view(B, T) % 8)
+            source = seen[name]
+            lm(torch.zeros(B, T, dtype=torch.long))
+        value, rows, eps = seen[name], torch.arange(B), 1e-4
+        g = torch.randn(value.output.shape, dtype=value.output.dtype, generator=torch.Generator().manual_seed(0))
+        (first,) = value.detached().first_order_every(source.detached(), [g])
+        for t in range(T):
+            pos = torch.full((B,), t)
+            d = source.at(rows, pos) - value.at(rows, pos)
+            moved = [(value.respond(rows, pos, s * eps * d) * g).flatten(1).sum(1) for s in (1, -1)]
+            slope = (moved[0] - moved[1]) / (2 * eps)
+            if not torch.allclose(first[:, t], slope, atol=1e-6, rtol=1e-4):
+                raise Failed(f"state site {name}: first_order_every()[:, {t}] = {first[:, t].tolist()} is not the "
+                             f"derivative along the patch at {t}, {slope.tolist()}")
 
     def conv_slot(self) -> str | None:
         if not self.spec.has_conv:
