@@ -12,8 +12,8 @@ saturates (a softmax near 0 or 1) or the patch moves the activation far (for Bas
 normaliser divides, too); `benchmarks/gradient_patching.py`
 measures by how much on trained runs. A state site (`models.states`) takes ∂m/∂(the tensor the state
 feeds) from the same backward pass, and `StateValue.first_order_every` turns it into (h_source,t − h_t) ·
-∂m/∂h_t for every t: one more pass of the recurrence per row chunk (a closed form for H3's time-invariant
-SSM), not one response per position.
+∂m/∂h_t for every t: one more pass of the recurrence per row chunk (closed forms for H3's time-invariant
+SSM and Based's sums), not one response per position.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def gradient_cells(
     # after each position, for a state site; a cell of K positions adds its K entries)
     changes: dict[str, tuple] = {}
     with torch.no_grad():
-        for n, gp, gl in zip(names, grad_p, grad_logit):
-            grads = [torch.zeros_like(inputs[names.index(n)]) if g is None else g for g in (gp, gl)]
+        for n, x, gp, gl in zip(names, inputs, grad_p, grad_logit):
+            grads = [torch.zeros_like(x) if g is None else g for g in (gp, gl)]
             if n in states:
                 changes[n] = tuple(acts[n].detached().first_order_every(src[n], grads))
             else:

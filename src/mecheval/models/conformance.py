@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -192,7 +193,7 @@ class Suite:
     def _first_order_is_the_derivative(lm, name: str) -> None:
         """`first_order_every(source, [g])[:, t]` (what attribution patching uses) is the derivative of
         ⟨output, g⟩ along the single patch h_t -> h_t + ε (h'_t − h_t) (central differences, float64)."""
-        lm = lm.double()
+        lm = copy.deepcopy(lm).double()
         with torch.no_grad(), record(lm.sites(), [name]) as seen:
             lm(torch.arange(B * T).view(B, T) % 8)
             source = seen[name]

@@ -25,8 +25,8 @@ from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.linear_attention import (
-    linear_attention_first_order,
     causal_linear_attention,
+    linear_attention_first_order,
     linear_attention_state_at,
     linear_attention_state_response,
     linear_attention_states,
@@ -91,8 +91,9 @@ class BasedState(StateValue):
 
     def _first_order(self, source, rows, grads):
         """The closed form of `ops.linear_attention` (the sums carry no decay: the T × T form, no state)."""
-        q, k, v = self.q[rows], self.k[rows], self.v[rows]
-        return [linear_attention_first_order(q, k, v, source.k[rows], source.v[rows], g.to(q.dtype), self.eps) for g in grads]
+        q = self.q[rows]
+        return linear_attention_first_order(q, self.k[rows], self.v[rows], source.k[rows], source.v[rows],
+                                            [g.to(q.dtype) for g in grads], self.eps)
 
     @property
     def work_first_order(self) -> int:

@@ -110,7 +110,7 @@ class H3State(StateValue):
     def _first_order(self, source, rows, grads):
         """The closed form of `ops.diag_ssm` (time-invariant: from kv' − kv and the kernel, no state)."""
         du = source.kv[rows] - self.kv[rows]
-        return [diag_ssm_first_order(du, g.to(du.dtype), self.dA, self.dB, self.C) for g in grads]
+        return diag_ssm_first_order(du, [g.to(du.dtype) for g in grads], self.dA, self.dB, self.C)
 
 
 class H3(Mixer):

@@ -145,9 +145,9 @@ def diag_ssm_states_response(dA, C, dx):
     return torch.stack(dys, dim=1)
 
 
-def diag_ssm_first_order(du, g, dA, dB, C):
+def diag_ssm_first_order(du, gs, dA, dB, C) -> list[torch.Tensor]:
     """For every t, the first-order change of m from setting the state after t to another input's,
-    (x'_t − x_t) · ∂m/∂x_t, from du = u' − u and g = ∂m/∂y (both [n, T, H, *E] real) -> [n, T].
+    (x'_t − x_t) · ∂m/∂x_t, from du = u' − u and each g = ∂m/∂y in `gs` (all [n, T, H, *E] real) -> [n, T] each.
 
     The SSM is time-invariant, so x'_t − x_t = Σ_{r<=t} dA^{t-r} dB du_r, and moving x_t changes y_s (s > t)
     by 2 Re(C dA^{s-t} ·): the product is Σ_{r<=t<s} Σ_{h,e} du_r K_{s-r} g_s with the SSM's own kernel K
@@ -158,5 +158,5 @@ def diag_ssm_first_order(du, g, dA, dB, C):
     lag = torch.arange(T, device=du.device)
     lags = lag[None, :] - lag[:, None]  # [r, s] -> s - r
     toeplitz = K[lags.clamp(min=0)].permute(2, 0, 1)  # [H, r, s]: K_{s-r} (r >= s never summed)
-    pairs = torch.einsum("nrhe,nshe->nhrs", du.reshape(n, T, H, -1), g.reshape(n, T, H, -1))
-    return straddle_sum((pairs * toeplitz).sum(1))  # M [n, r, s] -> Σ_{r<=t<s} M[r, s]
+    pairs = lambda g: torch.einsum("nrhe,nshe->nhrs", du.reshape(n, T, H, -1), g.reshape(n, T, H, -1))
+    return [straddle_sum((pairs(g) * toeplitz).sum(1)) for g in gs]  # M [n, r, s] -> Σ_{r<=t<s} M[r, s]

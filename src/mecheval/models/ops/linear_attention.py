@@ -80,20 +80,25 @@ def linear_attention_states_response(q, k, v, dS, dz, eps: float = 1e-12) -> tor
     return _change_from_moved_sums(q, k, v, dnum, (q * before(dz)).sum(-1, keepdim=True), eps)
 
 
-def linear_attention_first_order(q, k, v, k2, v2, g, eps: float = 1e-12) -> torch.Tensor:
+def linear_attention_first_order(q, k, v, k2, v2, gs, eps: float = 1e-12) -> list[torch.Tensor]:
     """For every t, the first-order change of m from setting the sums after t to another input's,
     (S'_t − S_t, z'_t − z_t) · ∂m/∂(S_t, z_t), from the keys and values of both inputs (k2, v2: the other's)
-    and g = ∂m/∂y [n, H, T, Dv] -> [n, T].
+    and each g = ∂m/∂y [n, H, T, Dv] in `gs` -> [n, T] each.
 
     Moving the sums after t by (dS, dz) moves y_s (s > t) by (q_s dS − y_s q_s · dz) / den_s to first order,
     and dS_t = Σ_{r<=t} (k'_r v'_r^T − k_r v_r^T), dz_t = Σ_{r<=t} (k'_r − k_r). With a_s = g_s / den_s and
     b_s = y_s · a_s the product is Σ_{r<=t<s} N[r, s] over heads,
         N[r, s] = (q_s · k'_r)(v'_r · a_s − b_s) − (q_s · k_r)(v_r · a_s − b_s):
     the quadratic (T × T) form of linear attention, no state materialised."""
-    scores = q @ k.transpose(-1, -2)  # [n, H, s, r]
-    den = scores.tril().sum(-1, keepdim=True) + eps  # [n, H, T, 1]
-    a = g / den
-    b = ((scores.tril() @ v) / den * a).sum(-1, keepdim=True)  # y_s · a_s: [n, H, T, 1]
-    term = lambda kk, vv: (q @ kk.transpose(-1, -2)) * (a @ vv.transpose(-1, -2) - b)  # [n, H, s, r]
-    N = (term(k2, v2) - term(k, v)).sum(1).transpose(-1, -2)  # [n, r, s]
-    return straddle_sum(N)
+    scores, scores2 = q @ k.transpose(-1, -2), q @ k2.transpose(-1, -2)  # [n, H, s, r]
+    causal = scores.tril()
+    den = causal.sum(-1, keepdim=True) + eps  # [n, H, T, 1]
+    y = causal @ v / den
+
+    def product(g):
+        a = g / den
+        b = (y * a).sum(-1, keepdim=True)  # y_s · a_s: [n, H, T, 1]
+        N = scores2 * (a @ v2.transpose(-1, -2) - b) - scores * (a @ v.transpose(-1, -2) - b)  # [n, H, s, r]
+        return straddle_sum(N.sum(1).transpose(-1, -2))  # [n, r, s] -> [n, T]
+
+    return [product(g) for g in gs]
