@@ -25,7 +25,7 @@ def autograd_nodes(y: torch.Tensor) -> set[str]:
 
 
 @pytest.mark.parametrize("config, kernel", [(("deltanet", 4), "DeltaRuleFn"), (("h3", 3), "DiagSSMKernelFn"),
-                                            (("hyena",), "ShortConvFn")])
+                                            (("h3", 3), "SmallMatmulFn"), (("hyena",), "ShortConvFn")])
 def test_mixer_dispatches_and_reference_mode_switches(config, kernel, monkeypatch):
     monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
     lm = build(make_config(*config))

@@ -36,7 +36,8 @@ def assert_rel_close(actual, expected, rtol=1e-5, name=""):
 @given(
     B=st.integers(1, 3), T=st.integers(1, 40), Di=st.integers(1, 40), N=st.integers(1, 17), seed=st.integers(0, 2**16)
 )
-@example(B=2, T=33, Di=37, N=16, seed=0)  # 3 channel blocks (the last partial), 2 time chunks
+@example(B=2, T=33, Di=37, N=16, seed=0)  # lanes past the channels (W = 48), 2 time chunks
+@example(B=1, T=5, Di=150, N=3, seed=1)  # 2 channel blocks of W = 80, the last partial
 def test_fused_equals_loop_outputs_and_gradients(B, T, Di, N, seed):
     xs = scan_inputs(B, T, Di, N, seed)
     y_ref, y = selective_scan_loop(*xs), selective_scan_fused(*xs)
@@ -52,12 +53,23 @@ def test_backward_split_over_channel_groups(monkeypatch):
     from mecheval.models.ops import selective_scan_fused as fused
 
     monkeypatch.setattr(fused.numba, "get_num_threads", lambda: 8)  # B=1, 40 channels -> 3 groups of one block
+    monkeypatch.setattr(fused, "MAX_LANES", 16)  # blocks of W = 16
     xs = scan_inputs(1, 11, 40, 3, seed=7)
     gy = torch.randn(1, 11, 40, generator=torch.Generator().manual_seed(8))
     grads = torch.autograd.grad(selective_scan_fused(*xs), xs, gy)
     grads_ref = torch.autograd.grad(selective_scan_loop(*xs), xs, gy)
     for name, g, g_ref in zip("u delta A Bm Cm D".split(), grads, grads_ref):
         assert_rel_close(g, g_ref, name=name)
+
+
+@given(Di=st.integers(1, 2000))
+def test_lanes_cover_the_channels_in_even_vector_blocks(Di):
+    from mecheval.models.ops.selective_scan_fused import MAX_LANES, lanes
+
+    W, nblk = lanes(Di), -(-Di // MAX_LANES)
+    assert W % 16 == 0 and W <= MAX_LANES
+    assert -(-Di // W) == nblk  # as few blocks as MAX_LANES allows
+    assert W - 16 < -(-Di // nblk)  # and no wider than the even split needs
 
 
 def _scan_in_child(queue):

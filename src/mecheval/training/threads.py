@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from mecheval.models import build_model
 from mecheval.tasks import make_task
 from mecheval.training.config import TrainConfig
+from mecheval.training.optimizer import adamw
 
 
 def available_cores() -> int:
@@ -37,8 +38,7 @@ def bare_step(cfg: TrainConfig) -> Callable[[], None]:
     task = make_task(cfg.task.name, **cfg.task.params)
     batch = task.sample(cfg.batch_size, seed=0)
     lm = build_model(cfg.model)
-    o = cfg.optim
-    opt = torch.optim.AdamW(lm.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+    opt = adamw(lm.parameters(), cfg.optim, torch.device("cpu"))
 
     def step() -> None:
         logits = lm(batch.tokens, positions=batch.answer_pos)

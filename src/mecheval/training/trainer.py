@@ -32,6 +32,7 @@ from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
 from mecheval.training.lock import DirLock
 from mecheval.training.loggers import open_loggers
+from mecheval.training.optimizer import adamw
 from mecheval.training.run_dir import CHECKPOINT, CONFIG, METRICS, MODEL, SUMMARY, WORKER, RunDir, snapshot_name
 from mecheval.training.schedule import lr_at
 
@@ -160,8 +161,7 @@ class Trainer:
         self.task = make_task(cfg.task.name, **cfg.task.params)
         torch.manual_seed(derive_seed(cfg.seed, "init"))
         self.lm = build_model(cfg.model).to(self.device)
-        o = cfg.optim
-        self.opt = torch.optim.AdamW(self.lm.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        self.opt = adamw(self.lm.parameters(), cfg.optim, self.device)
         self.stream = TrainStream(self.task, cfg.batch_size, cfg.seed, cfg.train_size, cfg.train_order)
         self.evals = {k: v.to(self.device) for k, v in eval_sets(self.task, cfg.eval.splits, cfg.eval.size, cfg.eval.seed).items()}
         self.step, self.wall_s, self.tokens = 0, 0.0, 0

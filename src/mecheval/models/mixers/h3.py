@@ -49,7 +49,7 @@ from mecheval.models.ops.diag_ssm import (
     diag_ssm_states_response,
     diag_ssm_step,
 )
-from mecheval.models.ops.dispatch import diag_ssm
+from mecheval.models.ops.dispatch import diag_ssm, small_matmul
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
 from mecheval.models.states import StateSite, StateValue
@@ -149,12 +149,13 @@ class H3(Mixer):
         return x.unflatten(-1, (self.n_heads, self.d_head))
 
     def _kv(self, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """kv[h] = k[h] v[h]^T: k, v [..., D] -> [..., H, d_h, d_h] (a matmul: tiny broadcasts are slow on CPU)."""
-        return self._heads(k).unsqueeze(-1) @ self._heads(v).unsqueeze(-2)
+        """kv[h] = k[h] v[h]^T: k, v [..., D] -> [..., H, d_h, d_h] (`small_matmul`: tiny broadcasts and gemm
+        calls per head are slow on CPU)."""
+        return small_matmul(self._heads(k).unsqueeze(-1), self._heads(v).unsqueeze(-2))
 
     def _out(self, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """o[h] = s[h]^T q[h], then W_o: q [..., D], s [..., H, d_h, d_h] -> [..., D]."""
-        return self.out_proj((self._heads(q).unsqueeze(-2) @ s).flatten(-3))
+        return self.out_proj(small_matmul(self._heads(q).unsqueeze(-2), s).flatten(-3))
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(u).chunk(3, dim=-1)

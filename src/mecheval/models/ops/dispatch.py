@@ -121,3 +121,13 @@ def delta_rule(q, k, v, beta):
 
         return delta_rule_fused(q, k, v, beta)
     return reference_delta_rule.delta_rule(q, k, v, beta)
+
+
+def small_matmul(a, b):
+    """`a @ b` for many tiny matrices: a [..., m, k], b [..., k, n] -> [..., m, n] (leading dims broadcast).
+    On CPU the fused kernel (one loop over all matrices instead of a gemm call each); else `torch.matmul`."""
+    if current_mode() == "auto" and _fused_cpu_ok(a, b):
+        from mecheval.models.ops.small_matmul_fused import small_matmul_fused  # numba compiles lazily
+
+        return small_matmul_fused(a, b)
+    return a @ b
