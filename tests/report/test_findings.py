@@ -62,11 +62,25 @@ def _conv_run(path, restores: float, cut_acc: float):
 def test_mamba_conv_forms_needs_the_cell_and_the_ablation(tmp_path):
     check = FINDINGS["mamba_conv_forms"].check
     row = runs(("mamba", 0.97, DIR, 0.0, 0.2, 0.6, 0.25))
-    assert check(row.assign(run_dir=_conv_run(tmp_path / "a", 0.6, 0.24))).status == "reproduced"
-    result = check(row.assign(run_dir=_conv_run(tmp_path / "b", 0.6, 0.55)))  # ablation leaves it well above chance
-    assert result.status == "not reproduced" and "key+3 restores 0.60" in result.evidence
+    assert check(row.assign(run_dir=_conv_run(tmp_path / "a", 0.7, 0.24))).status == "reproduced"  # [0.6, 0.8]
+    result = check(row.assign(run_dir=_conv_run(tmp_path / "b", 0.7, 0.55)))  # ablation leaves it well above chance
+    assert result.status == "not reproduced" and "key+3 restores 0.70" in result.evidence
     assert check(row.assign(run_dir=_conv_run(tmp_path / "c", 0.3, 0.24))).status == "not reproduced"
     assert check(row.assign(run_dir=str(tmp_path / "none"))).status == "not run"
+
+
+def test_mamba_conv_forms_is_inconclusive_where_the_interval_spans_the_threshold(tmp_path):
+    """0.48 or 0.52 with the interval [.., ..] across 0.5 decides nothing (the make-run Mamba reads both, by
+    build); one run clearly below it (or failing the ablation) outweighs another run's span."""
+    check = FINDINGS["mamba_conv_forms"].check
+    row = runs(("mamba", 0.97, DIR, 0.0, 0.2, 0.6, 0.25))
+    for name, restores in (("below", 0.48), ("above", 0.52)):
+        assert check(row.assign(run_dir=_conv_run(tmp_path / name, restores, 0.02))).status == "inconclusive"
+    two = pd.concat([row.assign(run_dir=_conv_run(tmp_path / "span", 0.52, 0.02)),
+                     row.assign(run_dir=_conv_run(tmp_path / "clear", 0.8, 0.02))])
+    assert check(two).status == "inconclusive"
+    two.iloc[1, two.columns.get_loc("run_dir")] = _conv_run(tmp_path / "low", 0.3, 0.02)
+    assert check(two).status == "not reproduced"
 
 
 @pytest.mark.parametrize("finding", list(CASES))

@@ -15,16 +15,19 @@ ROWS = [
      "detail": "corrupting the key changes nothing", "published_verdict": None, "published_acc": float("nan"),
      "agree": ""},
 ]
-FORMED = {"attention": {"layer": 1, "offset": 3, "attrib": 0.6, "acc": 0.96, "cut_acc": 0.01},
-          "mamba (d_conv 0)": {"layer": 1, "offset": 3, "attrib": 0.9, "acc": 0.3, "cut_acc": 0.2}}
+FORMED = {"attention": {"layer": 1, "offset": 3, "attrib": 0.6, "lo": 0.55, "hi": 0.65, "acc": 0.96, "cut_acc": 0.01},
+          "mamba (d_conv 0)": {"layer": 1, "offset": 3, "attrib": 0.9, "lo": 0.85, "hi": 0.95, "acc": 0.3, "cut_acc": 0.2}}
 
 
 def test_mechanism_words_count_seeds_and_name_the_conv():
     row = pd.Series(ROWS[0])
     words = mechanism_words(row, FORMED["attention"])
     assert words.startswith("direct retrieval in 2 of 3 seeds (direct retrieval 2, induction 1): answer already")
-    assert "layer 1's short conv" in words and "key+3 restores 0.60" in words and "0.96 → 0.01" in words
-    assert "short conv" not in mechanism_words(row, {**FORMED["attention"], "attrib": 0.3})  # below FORMED
+    assert "layer 1's short conv" in words and "key+3 restores 0.60 [0.55, 0.65]" in words and "0.96 → 0.01" in words
+    below = {**FORMED["attention"], "attrib": 0.3, "lo": 0.25, "hi": 0.35}
+    assert "short conv" not in mechanism_words(row, below)  # the interval below FORMED
+    spans = {**FORMED["attention"], "attrib": 0.48, "lo": 0.42, "hi": 0.53}
+    assert "restores 0.48 [0.42, 0.53]" in mechanism_words(row, spans)  # reaching FORMED: not evidence against
 
 
 def test_an_unlearned_model_gets_no_conv_reading_and_no_agreement():
@@ -43,6 +46,11 @@ def test_overview_text_says_what_disagrees_and_which_findings_fail():
     assert "attention: direct retrieval in 2 of 3 seeds (direct retrieval 2, induction 1), published: induction" in text
     assert "1 of 2 published findings checked here reproduce; not: B holds." in text
     assert "C holds" not in text
+
+
+def test_overview_text_names_the_inconclusive_findings_apart():
+    text = overview_text(pd.DataFrame(ROWS), FORMED, [("A holds.", "reproduced"), ("B holds.", "inconclusive")])
+    assert text.endswith("1 of 2 published findings checked here reproduce. Inconclusive (an interval spans the threshold): B holds.")
 
 
 def test_no_findings_sentence_when_none_was_checked():

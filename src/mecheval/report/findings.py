@@ -26,7 +26,7 @@ EVAL_N = "eval.size"  # the test examples behind `acc` where a run has no interv
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # "reproduced" | "not reproduced" | "not run"
+    status: str  # "reproduced" | "not reproduced" | "inconclusive" (an interval spans the threshold) | "not run"
     evidence: str
 
 
@@ -112,18 +112,28 @@ def _conv_forms(df: pd.DataFrame) -> Outcome:
     rows = rows[rows["verdict"] != "not learned"]
     if rows.empty:
         return Outcome("not run", "no learned, intervened mamba runs")
-    ok, evidence = True, []
+    statuses, evidence = set(), []
     for _, r in rows.iterrows():
         e = conv_evidence(r["run_dir"])
         if e is None:
             return Outcome("not run", f"no conv-window analysis in {r['run_dir']}")
-        ok &= e["attrib"] >= FORMED and not above_chance(round(e["cut_acc"] * e["cut_n"]), e["cut_n"], float(r["chance"]))
+        statuses.add(_conv_status(e, float(r["chance"])))
         evidence.append(
             f"seed {r['seed']}: conv_out L{e['layer']} key+{e['offset']} restores {e['attrib']:.2f} "
             f"[{e['lo']:.2f}, {e['hi']:.2f}]; L{e['layer']} taps of lag >= 1 zeroed: acc {e['acc']:.2f} -> "
             f"{e['cut_acc']:.2f} (n={e['cut_n']}, chance {float(r['chance']):.2f})"
         )
-    return Outcome("reproduced" if ok else "not reproduced", "; ".join(evidence))
+    status = next(s for s in ("not reproduced", "inconclusive", "reproduced") if s in statuses)
+    return Outcome(status, "; ".join(evidence))
+
+
+def _conv_status(e: dict, chance: float) -> str:
+    """One run's conv cell against the claim: the taps cut must leave accuracy near chance, and the cell's
+    95% interval must clear FORMED (reproduced), fall below it (not reproduced) or span it (inconclusive:
+    a point estimate of 0.48 or 0.52 on ~250 examples does not decide which side the cell is on)."""
+    if above_chance(round(e["cut_acc"] * e["cut_n"]), e["cut_n"], chance) or e["hi"] < FORMED:
+        return "not reproduced"
+    return "reproduced" if e["lo"] >= FORMED else "inconclusive"
 
 
 def _mamba_vs_attention(df: pd.DataFrame) -> Outcome:

@@ -21,6 +21,7 @@ table { border-collapse: collapse; font-size: 13px; margin: 0.5em 0 1.2em; width
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
 th { background: #f3f3f3; } td.num { text-align: right; white-space: nowrap; }
 td.agree, td.reproduced { background: #e3f6e3; } td.disagree, td.not-reproduced { background: #fbe3e3; }
+td.inconclusive { background: #fbf3d9; }
 #summary { background: #f7f9fc; border: 1px solid #dde3ee; padding: 0.2em 1em; }
 #summary h2 { margin-top: 0.6em; }
 details { margin: -0.6em 0 1.2em; } details > div { overflow-x: auto; }
@@ -67,7 +68,7 @@ window.addEventListener("load", () => {
 
 
 def table_html(table: pd.DataFrame) -> str:
-    """A table with agree/disagree and reproduced/not-reproduced cells classed for colour."""
+    """A table with agree/disagree and reproduced/inconclusive/not-reproduced cells classed for colour."""
     if table.empty:
         return "<p>(none)</p>"
     rows = ["<table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in table.columns) + "</tr>"]
@@ -75,7 +76,7 @@ def table_html(table: pd.DataFrame) -> str:
         cells = []
         for v in r:
             text = str(v)
-            cls = text.replace(" ", "-") if text in ("agree", "disagree", "reproduced", "not reproduced") else (
+            cls = text.replace(" ", "-") if text in ("agree", "disagree", "reproduced", "not reproduced", "inconclusive") else (
                 "num" if _is_number(text) else "")
             cells.append(f'<td class="{cls}">{escape(text)}</td>' if cls else f"<td>{escape(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")

@@ -72,12 +72,13 @@ def verdict_words(row: pd.Series) -> str:
 
 
 def formed_words(row: pd.Series, formed: dict | None) -> str:
-    """`key and value meet in layer 1's short conv (...)` where the conv-window analysis found the cell."""
-    if formed is None or row["verdict"] in (None, "not learned") or formed["attrib"] < FORMED:
+    """`key and value meet in layer 1's short conv (...)` where the conv-window analysis found the cell and
+    its 95% interval reaches FORMED (a cell at 0.48 [0.42, 0.53] is not evidence against it)."""
+    if formed is None or row["verdict"] in (None, "not learned") or formed["hi"] < FORMED:
         return ""
     return (f"key and value meet in layer {formed['layer']}'s short conv (its output at key+{formed['offset']} "
-            f"restores {formed['attrib']:.2f}; without that layer's lagged taps accuracy {formed['acc']:.2f} → "
-            f"{formed['cut_acc']:.2f})")
+            f"restores {formed['attrib']:.2f} [{formed['lo']:.2f}, {formed['hi']:.2f}]; without that layer's "
+            f"lagged taps accuracy {formed['acc']:.2f} → {formed['cut_acc']:.2f})")
 
 
 def mechanism_words(row: pd.Series, formed: dict | None) -> str:
@@ -123,7 +124,11 @@ def overview_text(summary: pd.DataFrame, formed: dict[str, dict], findings: list
                      + (f"; {where}." if where else "."))
     done = [c for c, s in findings if s != "not run"]
     if done:
+        held = sum(s == "reproduced" for _, s in findings)
+        open_ = [c for c, s in findings if s == "inconclusive"]
         missed = [c for c, s in findings if s == "not reproduced"]
-        parts.append(f"{len(done) - len(missed)} of {len(done)} published findings checked here reproduce"
+        parts.append(f"{held} of {len(done)} published findings checked here reproduce"
                      + (f"; not: {' '.join(missed)}" if missed else "."))
+        if open_:
+            parts.append(f"Inconclusive (an interval spans the threshold): {' '.join(open_)}")
     return " ".join(parts)
