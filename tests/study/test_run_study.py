@@ -55,6 +55,19 @@ def test_report_rows_are_the_architectures_with_their_labels(tiny_study):
     assert text.index("heatmap_mamba_d_conv_0.png") < text.index("heatmap_mamba_d_conv_0_core_out.png")
 
 
+def test_a_rebuilt_report_keeps_no_figure_it_did_not_draw(tiny_study):
+    """A figure of an earlier build (another learning rate's run, an architecture since dropped) would sit
+    beside the new ones as if it were this build's."""
+    from mecheval.report import build_report
+
+    out, _ = tiny_study
+    figures = out / "figures"
+    kept = sorted(p.name for p in figures.glob("*.png"))
+    (figures / "state_mamba_old_run.png").write_bytes(b"stale")
+    build_report(out)
+    assert sorted(p.name for p in figures.glob("*.png")) == kept
+
+
 def test_study_json_records_scale_and_time(tiny_study):
     out, _ = tiny_study
     meta = json.loads((out / "study.json").read_text())

@@ -373,8 +373,12 @@ def build_report(study_dir: str | Path) -> Report:
     for name, (data, _) in pngs.items():
         files[name] = fig_dir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
         files[name].write_bytes(data)
+    written = set(files.values())
     if example is not None:
         (fig_dir / "how_to_read.png").write_bytes(example[0])
+        written.add(fig_dir / "how_to_read.png")
+    for stale in set(fig_dir.glob("*.png")) - written:  # drawn by an earlier build, not by this one
+        stale.unlink()
 
     findings_df = pd.DataFrame([{"finding": c, "status": o.status, "evidence": o.evidence} for c, o in findings])
     title = f"mecheval study: {meta.get('preset', study_dir.name)}" + (f" ({meta['scale']} scale)" if "scale" in meta else "")
