@@ -10,7 +10,6 @@ parallel); the sum over l runs in order l = 0 .. k-1. CPU, float32 or float64; I
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from numba import njit, prange
 
