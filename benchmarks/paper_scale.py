@@ -81,6 +81,9 @@ class Cell:
             return (time.perf_counter() - wall) / n, (time.process_time() - cpu) / n
 
     def time(self, n: int) -> None:
+        """One untimed step (the cell's caches and pages warm again after the other cells ran), then `n`
+        timed steps."""
+        self.run(1)
         wall, cpu = self.run(n)
         self.times["wall"].append(wall)
         self.times["cpu"].append(cpu)

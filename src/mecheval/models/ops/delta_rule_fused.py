@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit, prange
+from numba import prange
 
-from mecheval.models.ops.selective_scan_fused import _numpy, _use_torch_threads  # also sets the threading layer
+from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
 TC = 16  # time steps per chunk: the backward recomputes a chunk's TC states into scratch
 FLAGS = {"reassoc"}
 
 
-@njit(parallel=True, cache=True, fastmath=FLAGS)
+@parallel_kernel(fastmath=FLAGS)
 def _delta_fwd(q, k, v, beta, o, e, S_in):  # pragma: no cover - compiled
     """o, e: [B, T, H, d_v] outputs; S_in: [B, H, ceil(T / TC), d_k, d_v], the state entering each chunk."""
     Bsz, T, H, dk = k.shape
@@ -56,7 +56,7 @@ def _delta_fwd(q, k, v, beta, o, e, S_in):  # pragma: no cover - compiled
                     ot[j] += Si[j] * qi
 
 
-@njit(parallel=True, cache=True, fastmath=FLAGS)
+@parallel_kernel(fastmath=FLAGS)
 def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cover - compiled
     """dq, dk_: [B, T, H, d_k]; dv_: [B, T, H, d_v]; dbeta: [B, T, H] outputs."""
     Bsz, T, H, dk = k.shape
@@ -110,21 +110,21 @@ def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cove
 class DeltaRuleFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, beta):
-        _use_torch_threads()
+        use_torch_threads()
         q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
         (Bsz, T, H, dk), dv = k.shape, v.shape[-1]
         o, e = v.new_empty(v.shape), v.new_empty(v.shape)
         S_in = v.new_empty(Bsz, H, -(-T // TC), dk, dv)
-        _delta_fwd(_numpy(q), _numpy(k), _numpy(v), _numpy(beta), o.numpy(), e.numpy(), S_in.numpy())
+        _delta_fwd(as_numpy(q), as_numpy(k), as_numpy(v), as_numpy(beta), o.numpy(), e.numpy(), S_in.numpy())
         ctx.save_for_backward(q, k, beta, e, S_in)
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, beta, e, S_in = ctx.saved_tensors
-        _use_torch_threads()
+        use_torch_threads()
         dq, dk, dv, dbeta = torch.empty_like(q), torch.empty_like(k), torch.empty_like(e), torch.empty_like(beta)
-        _delta_bwd(_numpy(q), _numpy(k), _numpy(beta), _numpy(e), _numpy(S_in), _numpy(do),
+        _delta_bwd(as_numpy(q), as_numpy(k), as_numpy(beta), as_numpy(e), as_numpy(S_in), as_numpy(do),
                    dq.numpy(), dk.numpy(), dv.numpy(), dbeta.numpy())
         return dq, dk, dv, dbeta
 

@@ -20,14 +20,14 @@ import math
 
 import numpy as np
 import torch
-from numba import njit, prange
+from numba import prange
 
 from mecheval.models.ops.diag_ssm import with_skip
 from mecheval.models.ops.dispatch import causal_conv
-from mecheval.models.ops.selective_scan_fused import _use_torch_threads  # also sets the threading layer
+from mecheval.models.ops.numba_kernels import parallel_kernel, use_torch_threads
 
 
-@njit(parallel=True, cache=True, fastmath={"reassoc"})
+@parallel_kernel(fastmath={"reassoc"})
 def _kernel_fwd(zr, zi, cr, ci, K):  # pragma: no cover - compiled
     """zr, zi, cr, ci: [H, M] float64 (Re, Im of z and c); K: [T, H] float64 output. The sum over modes
     may be reassociated (vectorised)."""
@@ -45,7 +45,7 @@ def _kernel_fwd(zr, zi, cr, ci, K):  # pragma: no cover - compiled
                 wr[m], wi[m] = x * a[m] - y * b[m], x * b[m] + y * a[m]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
+@parallel_kernel(fastmath=False)
 def _kernel_bwd(zr, zi, cr, ci, gK, gzr, gzi, gcr, gci):  # pragma: no cover - compiled
     """gK: [T, H] float64; gz*, gc*: [H, M] float64 outputs (Re, Im of ∂z, ∂c)."""
     H, M = zr.shape
@@ -77,7 +77,7 @@ def _parts(z: torch.Tensor):
 class DiagSSMKernelFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, c, T: int):
-        _use_torch_threads()
+        use_torch_threads()
         K = torch.empty(T, z.shape[0], dtype=torch.float64)
         _kernel_fwd(*_parts(z), *_parts(c), K.numpy())
         ctx.save_for_backward(z, c)
@@ -86,7 +86,7 @@ class DiagSSMKernelFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gK):
         z, c = ctx.saved_tensors
-        _use_torch_threads()
+        use_torch_threads()
         grads = [torch.empty(z.shape, dtype=torch.float64) for _ in range(4)]
         _kernel_bwd(*_parts(z), *_parts(c), gK.to(torch.float64).contiguous().numpy(), *(g.numpy() for g in grads))
         gz, gc = torch.complex(grads[0], grads[1]), torch.complex(grads[2], grads[3])

@@ -31,7 +31,6 @@ computed in vectorised passes (`_exp_into`, strict IEEE); the dot products over 
 from __future__ import annotations
 
 import math
-import os
 
 import numba
 import numpy as np
@@ -39,8 +38,7 @@ import torch
 from numba import njit, prange, types
 from numba.extending import overload
 
-if "NUMBA_THREADING_LAYER" not in os.environ:  # GNU OpenMP kills children forked after a parallel launch
-    numba.config.THREADING_LAYER = "workqueue"  # fork-safe; not for concurrent calls from several threads
+from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
 
 def _exp_into(z, out, kbuf):
@@ -119,7 +117,7 @@ def _decay_block(dt, At_blk, tc, z, out, kbuf):  # pragma: no cover - compiled
     _exp_into(zf[:m], out.reshape(out.size)[:m], kbuf[:m])
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@parallel_kernel(fastmath=FASTMATH)
 def _scan_fwd(u, delta, At, Bm, Cm, D, y, W):  # pragma: no cover - compiled
     """W: the block width (`lanes`)."""
     Bsz, T, Di = u.shape
@@ -152,7 +150,7 @@ def _scan_fwd(u, delta, At, Bm, Cm, D, y, W):  # pragma: no cover - compiled
                         acc[w] += hn[w] * cn
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@parallel_kernel(fastmath=FASTMATH)
 def _scan_bwd(u, delta, A, Bm, Cm, D, gy, du, ddelta, dA_part, dB_part, dC_part, dD_part, W):  # pragma: no cover
     """dA_part, dD_part: [B, Di, N], [B, Di]; dB_part, dC_part: [B, G, T, N] for G groups of channel
     blocks; W: the block width (`lanes`). A block's Δ, u, ∂y and A are copied to local [T, W] / [N, W] arrays whose lanes past a partial block
@@ -167,9 +165,10 @@ def _scan_bwd(u, delta, A, Bm, Cm, D, gy, du, ddelta, dA_part, dB_part, dC_part,
         b, grp = i // G, i % G
         Bb, Cb, dB, dC = Bm[b], Cm[b], dB_part[b, grp], dC_part[b, grp]  # [T, N] each
         z, kbuf = np.empty((T, N, W), dtype), np.empty(T * N * W, np.int32)
-        dA = np.zeros((T + 1, N, W), dtype)  # dA[t] = exp(Δ_t A); dA[T] = 0 (no step after the last)
-        hs = np.zeros((T + 1, N, W), dtype)  # hs[t + 1] = h_t, hs[0] = 0
-        g = np.zeros((T + 1, N, W), dtype)  # g[t] = ∂L/∂h_t, g[T] = 0
+        dA = np.empty((T + 1, N, W), dtype)  # dA[t] = exp(Δ_t A); dA[T] = 0 (no step after the last)
+        hs = np.empty((T + 1, N, W), dtype)  # hs[t + 1] = h_t, hs[0] = 0
+        g = np.empty((T + 1, N, W), dtype)  # g[t] = ∂L/∂h_t, g[T] = 0
+        dA[T], hs[0], g[T] = 0, 0, 0  # every other row is written before it is read
         At_blk, dt, x, gyb = np.empty((N, W), dtype), np.empty((T, W), dtype), np.empty((T, W), dtype), np.empty((T, W), dtype)
         dAd, gB, gA, dtx = np.empty((N, W), dtype), np.empty(W, dtype), np.empty(W, dtype), np.empty(W, dtype)
         for blk in range(grp * per, min(nblk, (grp + 1) * per)):
@@ -222,28 +221,19 @@ def _scan_bwd(u, delta, A, Bm, Cm, D, gy, du, ddelta, dA_part, dB_part, dC_part,
                     dA_part[b, d0 + w, n] = dAd[n, w]
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
-
-
-def _use_torch_threads() -> None:
-    """Run numba on as many threads as torch was told to use (e.g. 1 per worker in a sweep)."""
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-
-
 class SelectiveScanFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, delta, A, Bm, Cm, D):
-        _use_torch_threads()
+        use_torch_threads()
         y = u.new_empty(u.shape)
-        _scan_fwd(_numpy(u), _numpy(delta), _numpy(A.mT), _numpy(Bm), _numpy(Cm), _numpy(D), y.numpy(), lanes(u.shape[2]))
+        _scan_fwd(as_numpy(u), as_numpy(delta), as_numpy(A.mT), as_numpy(Bm), as_numpy(Cm), as_numpy(D), y.numpy(), lanes(u.shape[2]))
         ctx.save_for_backward(u, delta, A, Bm, Cm, D)
         return y
 
     @staticmethod
     def backward(ctx, gy):
         u, delta, A, Bm, Cm, D = ctx.saved_tensors
-        _use_torch_threads()
+        use_torch_threads()
         (Bsz, T, Di), N = u.shape, A.shape[1]
         W = lanes(Di)
         groups = min(-(-Di // W), -(-numba.get_num_threads() // Bsz))  # >= 1 work item per thread
@@ -251,7 +241,7 @@ class SelectiveScanFn(torch.autograd.Function):
         dA_part, dD_part = u.new_empty(Bsz, Di, N), u.new_empty(Bsz, Di)
         dB_part, dC_part = u.new_zeros(Bsz, groups, T, N), u.new_zeros(Bsz, groups, T, N)
         _scan_bwd(
-            _numpy(u), _numpy(delta), _numpy(A), _numpy(Bm), _numpy(Cm), _numpy(D), _numpy(gy),
+            as_numpy(u), as_numpy(delta), as_numpy(A), as_numpy(Bm), as_numpy(Cm), as_numpy(D), as_numpy(gy),
             du.numpy(), ddelta.numpy(), dA_part.numpy(), dB_part.numpy(), dC_part.numpy(), dD_part.numpy(), W,
         )
         dB, dC = (dB_part[:, 0], dC_part[:, 0]) if groups == 1 else (dB_part.sum(1), dC_part.sum(1))

@@ -12,12 +12,12 @@ Batch rows run in parallel, each update vectorised over the channels; ∂w goes 
 from __future__ import annotations
 
 import torch
-from numba import njit, prange
+from numba import prange
 
-from mecheval.models.ops.selective_scan_fused import _numpy, _use_torch_threads  # also sets the threading layer
+from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
 
-@njit(parallel=True, cache=True, fastmath=False)
+@parallel_kernel(fastmath=False)
 def _conv_fwd(x, wT, y):  # pragma: no cover - compiled
     """x, y: [B, T, C]; wT: [k, C] (w transposed)."""
     Bsz, T, C = x.shape
@@ -32,7 +32,7 @@ def _conv_fwd(x, wT, y):  # pragma: no cover - compiled
                     yt[c] += wj[c] * xs[c]
 
 
-@njit(parallel=True, cache=True, fastmath=False)
+@parallel_kernel(fastmath=False)
 def _conv_bwd(x, wT, gy, dx, dw_part):  # pragma: no cover - compiled
     """dx: [B, T, C]; dw_part: [B, k, C] zeros, row b's share of ∂w^T."""
     Bsz, T, C = x.shape
@@ -56,20 +56,20 @@ def _conv_bwd(x, wT, gy, dx, dw_part):  # pragma: no cover - compiled
 class ShortConvFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight):
-        _use_torch_threads()
+        use_torch_threads()
         x = x.contiguous()  # once: the backward reads the same copy (a mixer's x is a strided slice)
         y = x.new_empty(x.shape)
-        _conv_fwd(_numpy(x), _numpy(weight[:, 0].T), y.numpy())
+        _conv_fwd(as_numpy(x), as_numpy(weight[:, 0].T), y.numpy())
         ctx.save_for_backward(x, weight)
         return y
 
     @staticmethod
     def backward(ctx, gy):
         x, weight = ctx.saved_tensors
-        _use_torch_threads()
+        use_torch_threads()
         dx = torch.empty(x.shape, dtype=x.dtype)
         dw_part = x.new_zeros(x.shape[0], weight.shape[-1], x.shape[-1])
-        _conv_bwd(_numpy(x), _numpy(weight[:, 0].T), _numpy(gy), dx.numpy(), dw_part.numpy())
+        _conv_bwd(as_numpy(x), as_numpy(weight[:, 0].T), as_numpy(gy), dx.numpy(), dw_part.numpy())
         return dx, dw_part.sum(0).T.unsqueeze(1)
 
 

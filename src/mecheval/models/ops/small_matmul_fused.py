@@ -4,8 +4,9 @@ more than the arithmetic (H3's per-head outer products k vᵀ and gates sᵀ q, 
     c[..., r, s] = Σ_l a[..., r, l] b[..., l, s]          a: [..., m, k]; b: [..., k, n]; c: [..., m, n]
     ∂a = ∂c bᵀ,  ∂b = aᵀ ∂c                                 (the same kernel on transposed views)
 
-Leading dims broadcast as in `torch.matmul` (expanded, then flattened to one batch dim that runs in
-parallel); the sum over l runs in order l = 0 .. k-1. CPU, float32 or float64; IEEE arithmetic.
+Leading dims broadcast as in `torch.matmul` (expanded, then flattened to one contiguous batch dim whose
+blocks run in parallel); the sum over l runs in order l = 0 .. k-1; the backward computes both input
+gradients in one call. CPU, float32 or float64; IEEE arithmetic.
 """
 
 from __future__ import annotations
@@ -13,43 +14,62 @@ from __future__ import annotations
 import torch
 from numba import njit, prange
 
-from mecheval.models.ops.selective_scan_fused import _use_torch_threads  # also sets the threading layer
+from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
 
-@njit(parallel=True, cache=True, fastmath=False)
+BLOCK = 2048  # matrices per work item
+
+
+@njit(cache=True, fastmath=False)
+def _bmm_block(a, b, c, lo, hi):  # pragma: no cover - compiled
+    """c[i] = a[i] @ b[i] for lo <= i < hi. Each output entry is one pass over the block's matrices per
+    term l (a loop LLVM vectorises), not a tiny loop per matrix: m, k, n are run-time sizes of 1 or 2 in
+    H3, too short to be loops of their own."""
+    m, k, n = a.shape[1], a.shape[2], b.shape[2]
+    for r in range(m):
+        for s in range(n):
+            for i in range(lo, hi):
+                c[i, r, s] = a[i, r, 0] * b[i, 0, s]
+            for l in range(1, k):
+                for i in range(lo, hi):
+                    c[i, r, s] += a[i, r, l] * b[i, l, s]
+
+
+@parallel_kernel(fastmath=False)
 def _bmm(a, b, c):  # pragma: no cover - compiled
-    """a: [N, m, k], b: [N, k, n] (any strides); c: [N, m, n] output."""
-    N, m, k = a.shape
-    n = b.shape[2]
-    for i in prange(N):
-        for r in range(m):
-            for s in range(n):
-                acc = a.dtype.type(0)
-                for l in range(k):
-                    acc += a[i, r, l] * b[i, l, s]
-                c[i, r, s] = acc
+    """a: [N, m, k], b: [N, k, n] (any strides); c: [N, m, n] output; blocks of matrices in parallel."""
+    N = a.shape[0]
+    for blk in prange((N + BLOCK - 1) // BLOCK):
+        _bmm_block(a, b, c, blk * BLOCK, min(N, (blk + 1) * BLOCK))
 
 
-def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a [N, m, k] @ b [N, k, n] -> c [N, m, n] by the kernel (inputs any strides)."""
-    c = a.new_empty(a.shape[0], a.shape[1], b.shape[2])
-    _bmm(a.detach().numpy(), b.detach().numpy(), c.numpy())
-    return c
+@parallel_kernel(fastmath=False)
+def _bmm_grads(a, b, gc, ga, gb):  # pragma: no cover - compiled
+    """Both input gradients in one call: ga = gc bᵀ [N, m, k], gb = aᵀ gc [N, k, n] (outputs)."""
+    N = a.shape[0]
+    aT, bT = a.transpose(0, 2, 1), b.transpose(0, 2, 1)
+    for blk in prange((N + BLOCK - 1) // BLOCK):
+        lo, hi = blk * BLOCK, min(N, (blk + 1) * BLOCK)
+        _bmm_block(gc, bT, ga, lo, hi)
+        _bmm_block(aT, gc, gb, lo, hi)
 
 
 class SmallMatmulFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
-        _use_torch_threads()
+        use_torch_threads()
+        a, b = a.contiguous(), b.contiguous()
         ctx.save_for_backward(a, b)
-        return _matmul(a, b)
+        c = a.new_empty(a.shape[0], a.shape[1], b.shape[2])
+        _bmm(a.detach().numpy(), b.detach().numpy(), c.numpy())
+        return c
 
     @staticmethod
     def backward(ctx, gc):
         a, b = ctx.saved_tensors
-        _use_torch_threads()
-        ga = _matmul(gc, b.mT) if ctx.needs_input_grad[0] else None
-        gb = _matmul(a.mT, gc) if ctx.needs_input_grad[1] else None
+        use_torch_threads()
+        ga, gb = torch.empty_like(a), torch.empty_like(b)
+        _bmm_grads(a.detach().numpy(), b.detach().numpy(), as_numpy(gc), ga.numpy(), gb.numpy())
         return ga, gb
 
 
