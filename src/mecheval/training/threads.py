@@ -4,7 +4,8 @@ A sweep of W workers on C cores gives each worker C // W threads at most (`threa
 allowed n > 1 threads measures its own training step with 1 and with n threads and keeps the faster
 (`fastest_threads`): at the study's sizes (d = 64, T = 37) a second thread often costs more in
 synchronisation than it gains, and on a shared machine it may not be free at all. The fused numba
-kernels follow torch's thread count (`ops.selective_scan_fused._use_torch_threads`).
+kernels follow torch's thread count (`ops.numba_kernels.use_torch_threads`) and run their serial twins on one
+thread.
 """
 
 from __future__ import annotations

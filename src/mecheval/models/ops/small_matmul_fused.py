@@ -16,7 +16,6 @@ from numba import njit, prange
 
 from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
-
 BLOCK = 2048  # matrices per work item
 
 
