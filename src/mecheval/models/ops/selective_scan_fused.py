@@ -24,7 +24,7 @@ recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
 Sums over channel groups (∂B, ∂C) and over batch (∂A, ∂D) go to per-item partials reduced with torch
 afterwards, so items never write to the same memory. CPU, float32 or float64; IEEE arithmetic
 except that a * b + c may be fused into one FMA (fastmath "contract": rounded once, not twice); exp is
-computed in vectorised passes (`_exp_into`, strict IEEE); the dot products over a block's lanes
+computed in vectorised passes (`_exp_into`, its polynomial in FMAs too); the dot products over a block's lanes
 (∂B, ∂C) are summed in vector lanes (`_dot`).
 """
 
@@ -45,10 +45,12 @@ def _exp_into(z, out, kbuf):
     """out[:] = exp(z) for 1-d arrays; kbuf: int32 scratch of the same length."""
 
 
-@overload(_exp_into, jit_options={"fastmath": False})
+@overload(_exp_into, jit_options={"fastmath": {"contract"}})
 def _exp_into_overload(z, out, kbuf):
-    """float32: Cephes' expf (2^k · e^r, |r| ≤ ln2/2, ≤ 1 ulp in [-87, 88], clamped outside) written so
-    LLVM vectorises it, since numba calls scalar libm exp otherwise; float64: libm exp."""
+    """float32: Cephes' expf (2^k · e^r, |r| ≤ ln2/2, clamped outside [-87, 88]) written so LLVM vectorises
+    it, since numba calls scalar libm exp otherwise; its polynomial in FMAs (a third faster than separate
+    multiplies and adds; within 0.83 ulp of exp in float64 on the scan's Δ A, 0.80 without); float64:
+    libm exp."""
     if out.dtype != types.float32:
 
         def exp_libm(z, out, kbuf):
