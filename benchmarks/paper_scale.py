@@ -4,11 +4,16 @@ The published AR (16 pairs over 4096 + 4096 tokens, T = 37), 2 layers, d = 64, b
 the answer only. A *bare step* (`training.threads.bare_step`) is forward, cross-entropy at the answer,
 backward and AdamW on a fixed batch, no trainer. Every cell is timed round-robin: each round times a block of steps of every cell in
 turn, and a cell's rate is its median over rounds, so a busy machine slows all cells alike and the
-ratios of one run hold even where the absolute numbers do not. Tables:
+ratios of one run hold even where the absolute numbers do not.
+
+Each timed block follows one untimed step of the same cell: without it the first cell after the pause
+ran on cold caches (measured: attention's fused cell at 44.7 steps/s beside its reference cell, the same
+code, at 60.0). Rates also move by about ±5% from one process to the next (attention alone: 58.6 to
+64.8 in four runs), more than within one run, so compare ratios of one run, and runs with each other.
 
 One-thread rates are steps per second of the process's CPU time (what a core of its own would give:
 other processes' load does not count, their contention for caches and memory does); the threads table
-compares wall-clock rates, since a second thread only pays off in wall time.
+compares wall-clock rates, since a second thread only pays off in wall time. Tables:
 
   1. one thread: steps/s with the fused CPU kernels (the default), ratio to attention, the time for the
      published 50,016 steps, steps/s with the pure-PyTorch reference ops (`MECHEVAL_KERNELS=reference`),
@@ -125,13 +130,16 @@ def main(
                              "2 threads": Cell(step, threads=2), "trainer": Cell(trainer_step(preset, Path(tmp)))}
         measure([c for row in cells.values() for c in row.values()], rounds, steps)
     torch.set_num_threads(1)
-    base = cells["attention"]["fused"].rate() if "attention" in cells else float("nan")
+    attention = cells["attention"]["fused"] if "attention" in cells else None
+    base = attention.rate() if attention else float("nan")
     print(f"\n## bare AdamW step, 1 thread (steps per CPU second): published AR (T=37), 2 layers, d={D_MODEL}, batch {BATCH}; "
-          f"median of {rounds} round-robin rounds of {steps} steps")
-    print(f"{'mixer':<10} {'steps/s':>8} {'/attn':>6} {'50,016 steps':>13} {'reference':>10} {'fused/ref':>10}")
+          f"median of {rounds} round-robin rounds of {steps} steps; /attn range: lowest and highest of the rounds")
+    print(f"{'mixer':<10} {'steps/s':>8} {'/attn':>6} {'/attn range':>12} {'50,016 steps':>13} {'reference':>10} {'fused/ref':>10}")
     for preset, row in cells.items():
         fused, ref = row["fused"].rate(), row["reference"].rate()
-        print(f"{preset:<10} {fused:>8.1f} {fused / base:>6.2f} {hms(PAPER_STEPS / fused):>13} {ref:>10.1f} {fused / ref:>10.2f}")
+        per_round = [a / m for a, m in zip(attention.times["cpu"], row["fused"].times["cpu"])] if attention else [float("nan")]
+        spread = f"{min(per_round):.2f}–{max(per_round):.2f}"
+        print(f"{preset:<10} {fused:>8.1f} {fused / base:>6.2f} {spread:>12} {hms(PAPER_STEPS / fused):>13} {ref:>10.1f} {fused / ref:>10.2f}")
     print("\n## threads: bare step, wall-clock steps/s")
     print(f"{'mixer':<10} {'1 thread':>9} {'2 threads':>10} {'2/1':>6} {'picked':>7}")
     for preset, row in cells.items():
