@@ -30,6 +30,11 @@ def test_mechanism_words_count_seeds_and_name_the_conv():
     assert "restores 0.48 [0.42, 0.53]" in mechanism_words(row, spans)  # reaching FORMED: not evidence against
 
 
+def test_a_tied_verdict_counts_its_own_seeds_wherever_the_tally_lists_it():
+    row = pd.Series({**ROWS[0], "seeds": 2, "verdict": "direct retrieval", "verdicts": "not learned 1, direct retrieval 1"})
+    assert mechanism_words(row, None).startswith("direct retrieval in 1 of 2 seeds (not learned 1, direct retrieval 1)")
+
+
 def test_an_unlearned_model_gets_no_conv_reading_and_no_agreement():
     table = overview_table(pd.DataFrame(ROWS), FORMED)
     assert list(table.columns) == ["architecture", "accuracy [95% CI]", "mechanism (ours)", "published", "agrees"]

@@ -66,8 +66,8 @@ def verdict_words(row: pd.Series) -> str:
     counts = row.get("verdicts")
     if row["seeds"] < 2 or not isinstance(counts, str):
         return verdict
-    first = counts.split(",")[0]
-    k = int(first.rsplit(" ", 1)[1]) if first.startswith(verdict) else 0
+    tally = dict(part.rsplit(" ", 1) for part in counts.split(", "))  # a tie may list the shown verdict second
+    k = int(tally.get(verdict, 0))
     return verdict + f" in {k} of {int(row['seeds'])} seeds" + ("" if k == row["seeds"] else f" ({counts})")
 
 
