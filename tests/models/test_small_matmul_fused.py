@@ -31,6 +31,19 @@ def test_fused_equals_matmul_outputs_and_gradients(batch, m, k, n, broadcast, se
         assert_rel_close(grad, grad_ref, name=name)
 
 
+def test_many_blocks_of_matrices_and_an_empty_inner_dim():
+    """The published H3 layer's count of outer products (37,888: 19 blocks, the last partial); k = 0 is zeros."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(37888, 2, 1, generator=g).requires_grad_(), torch.randn(37888, 1, 2, generator=g).requires_grad_()
+    c = small_matmul_fused(a, b)
+    assert_rel_close(c, a @ b, name="c")
+    gc = torch.randn(c.shape, generator=g)
+    for name, grad, grad_ref in zip("ab", torch.autograd.grad(c, (a, b), gc), torch.autograd.grad(a @ b, (a, b), gc)):
+        assert_rel_close(grad, grad_ref, name=name)
+    empty = small_matmul_fused(torch.randn(5, 2, 0), torch.randn(5, 0, 3))
+    assert torch.equal(empty, torch.zeros(5, 2, 3))
+
+
 def test_fused_takes_strided_views():
     """H3 passes per-head views of one projection's chunks (not contiguous)."""
     qkv = torch.randn(3, 5, 24)

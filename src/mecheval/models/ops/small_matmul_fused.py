@@ -11,6 +11,8 @@ gradients in one call. CPU, float32 or float64; IEEE arithmetic.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from numba import njit, prange
 
@@ -27,6 +29,9 @@ def _bmm_block(a, b, c, lo, hi):  # pragma: no cover - compiled
     m, k, n = a.shape[1], a.shape[2], b.shape[2]
     for r in range(m):
         for s in range(n):
+            if k == 0:  # an empty sum
+                c[lo:hi, r, s] = 0
+                continue
             for i in range(lo, hi):
                 c[i, r, s] = a[i, r, 0] * b[i, 0, s]
             for l in range(1, k):
@@ -76,5 +81,6 @@ def small_matmul_fused(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`a @ b` for a [..., m, k], b [..., k, n] (CPU, one dtype, float32/64) -> [..., m, n]."""
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a, b = a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:])
-    c = SmallMatmulFn.apply(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    N = math.prod(batch)  # explicit: -1 is ambiguous for an empty inner dim
+    c = SmallMatmulFn.apply(a.reshape(N, *a.shape[-2:]), b.reshape(N, *b.shape[-2:]))
     return c.view(*batch, *c.shape[-2:])
