@@ -6,7 +6,6 @@ from __future__ import annotations
 import numba
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mecheval.models.ops import numba_kernels
 from mecheval.models.ops.delta_rule_fused import delta_rule_fused
@@ -15,32 +14,26 @@ from mecheval.models.ops.selective_scan_fused import selective_scan_fused
 from mecheval.models.ops.short_conv_fused import short_conv_fused
 from mecheval.models.ops.small_matmul_fused import small_matmul_fused
 
+from .test_diag_ssm_fused import ssm_inputs
 from .test_fused_kernels import scan_inputs
+from .test_ops import delta_inputs
+from .test_short_conv_fused import conv_inputs
 
 
-def _randn(g, *shape, positive=False):
-    x = torch.randn(*shape, generator=g)
-    return (F.softplus(x) if positive else x).requires_grad_()
-
-
-def _complex(g, *shape, radius=1.0):
-    return (radius * torch.polar(torch.rand(*shape, generator=g), 6 * torch.rand(*shape, generator=g))).requires_grad_()
-
-
-def op_inputs(name, g):
-    """(fused op, its inputs) at sizes with several work items (batch rows, channel blocks, heads)."""
+def op_inputs(name):
+    """(fused op, its inputs requiring grad) at sizes with several work items (batch rows, channel blocks,
+    heads, blocks of matrices)."""
     if name == "selective_scan":
-        return selective_scan_fused, scan_inputs(3, 9, 40, 5, seed=int(torch.randint(2**16, (1,), generator=g)))
+        return selective_scan_fused, scan_inputs(3, 9, 40, 5, seed=0)
     if name == "delta_rule":
-        return delta_rule_fused, [_randn(g, 3, 21, 2, 8), F.normalize(_randn(g, 3, 21, 2, 8), dim=-1).detach().requires_grad_(),
-                                  _randn(g, 3, 21, 2, 6), torch.sigmoid(_randn(g, 3, 21, 2)).detach().requires_grad_()]
+        return delta_rule_fused, [x.requires_grad_() for x in delta_inputs(3, 21, 2, 8, 6, seed=0)]
     if name == "short_conv":
-        return short_conv_fused, [_randn(g, 3, 11, 7), _randn(g, 7, 1, 4)]
+        return short_conv_fused, list(conv_inputs(3, 11, 7, 4, seed=0))
     if name == "small_matmul":
-        return small_matmul_fused, [_randn(g, 5000, 2, 1), _randn(g, 5000, 1, 2)]  # 3 blocks of matrices
+        g = torch.Generator().manual_seed(0)
+        return small_matmul_fused, [torch.randn(5000, *s, generator=g).requires_grad_() for s in ((2, 1), (1, 2))]
     if name == "diag_ssm":
-        return (lambda u, dA, dB, C: diag_ssm_fused(u, dA, dB, C)), [_randn(g, 2, 9, 3, 2), _complex(g, 3, 6, radius=0.9),
-                                                                    _complex(g, 3, 6), _complex(g, 3, 6)]
+        return diag_ssm_fused, ssm_inputs(2, 9, 3, 6, (2,), seed=0)
     raise KeyError(name)
 
 
@@ -65,7 +58,7 @@ def test_serial_twin_equals_the_parallel_kernel(name, monkeypatch):
     monkeypatch.setattr(numba_kernels.ParallelKernel, "__call__", spy)
     threads = torch.get_num_threads()
     try:
-        op, xs = op_inputs(name, torch.Generator().manual_seed(0))
+        op, xs = op_inputs(name)
         one = outputs_and_grads(op, xs, 1)
         ran_serial, calls[:] = set(calls), []
         two = outputs_and_grads(op, xs, 2)

@@ -24,8 +24,8 @@ recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
 Sums over channel groups (∂B, ∂C) and over batch (∂A, ∂D) go to per-item partials reduced with torch
 afterwards, so items never write to the same memory. CPU, float32 or float64; IEEE arithmetic
 except that a * b + c may be fused into one FMA (fastmath "contract": rounded once, not twice); exp is
-computed in vectorised passes (`_exp_into`, its polynomial in FMAs too); the dot products over a block's lanes
-(∂B, ∂C) are summed in vector lanes (`_dot`).
+computed in vectorised passes (`_exp_into`, its polynomial in FMAs too); the dot products over a block's
+lanes (∂B, ∂C) are summed in vector lanes (`_dot`).
 """
 
 from __future__ import annotations

@@ -62,10 +62,10 @@ class SmallMatmulFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
         use_torch_threads()
-        a, b = a.contiguous(), b.contiguous()
+        a, b = a.contiguous(), b.contiguous()  # once: the backward reads the same copies
         ctx.save_for_backward(a, b)
         c = a.new_empty(a.shape[0], a.shape[1], b.shape[2])
-        _bmm(a.detach().numpy(), b.detach().numpy(), c.numpy())
+        _bmm(as_numpy(a), as_numpy(b), c.numpy())
         return c
 
     @staticmethod
@@ -73,7 +73,7 @@ class SmallMatmulFn(torch.autograd.Function):
         a, b = ctx.saved_tensors
         use_torch_threads()
         ga, gb = torch.empty_like(a), torch.empty_like(b)
-        _bmm_grads(a.detach().numpy(), b.detach().numpy(), as_numpy(gc), ga.numpy(), gb.numpy())
+        _bmm_grads(as_numpy(a), as_numpy(b), as_numpy(gc), ga.numpy(), gb.numpy())
         return ga, gb
 
 
