@@ -3,6 +3,10 @@ outputs and gradients, and the call picks the twin by numba's thread count."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numba
 import pytest
 import torch
@@ -79,3 +83,26 @@ def test_twins_are_cached_under_their_own_names():
     assert _conv_fwd.serial.py_func.__code__ is _conv_fwd.parallel.py_func.__code__
     assert _conv_fwd.serial.targetoptions.get("parallel", False) is False
     assert _conv_fwd.parallel.targetoptions["parallel"] is True
+
+
+VECTOR_WIDTH_PROBE = """
+import os, numba
+from numba.core.codegen import get_host_cpu_features
+from mecheval.models.ops import numba_kernels
+print(numba.config.CPU_FEATURES, "+avx512f" in get_host_cpu_features().split(","), sep="\\n")
+"""
+
+
+@pytest.mark.parametrize("user_setting", [None, "+sse2"])
+def test_512_bit_vectors_only_where_the_cpu_has_them_and_the_user_has_not_chosen(user_setting):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CPU_FEATURES"}
+    if user_setting is not None:
+        env["NUMBA_CPU_FEATURES"] = user_setting
+    out = subprocess.run([sys.executable, "-c", VECTOR_WIDTH_PROBE], env=env, capture_output=True, text=True, check=True)
+    features, avx512 = out.stdout.split()
+    if user_setting is not None:
+        assert features == user_setting
+    elif avx512 == "True":
+        assert features.endswith(",-prefer-256-bit") and "+avx512f" in features.split(",")
+    else:
+        assert features == "None"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import prange
+from numba import njit, prange
 
 from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
@@ -56,9 +56,24 @@ def _delta_fwd(q, k, v, beta, o, e, S_in):  # pragma: no cover - compiled
                     ot[j] += Si[j] * qi
 
 
+@njit(cache=True, fastmath=FLAGS)
+def _chunk_states(k, beta, e, S_in, b, h, c, Ss):  # pragma: no cover - compiled
+    """Ss[s] = the state entering step c TC + s of item (b, h), s = 0 .. steps in chunk c, from S_in."""
+    T, dk, dv = k.shape[1], k.shape[3], e.shape[3]
+    t0 = c * TC
+    Ss[0] = S_in[b, h, c]
+    for t in range(t0, min(T, t0 + TC)):
+        s, kt, bt, et = t - t0, k[b, t, h], beta[b, t, h], e[b, t, h]
+        for i in range(dk):
+            Sp, Sn, ki = Ss[s, i], Ss[s + 1, i], kt[i] * bt
+            for j in range(dv):
+                Sn[j] = Sp[j] + ki * et[j]
+
+
 @parallel_kernel(fastmath=FLAGS)
 def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cover - compiled
-    """dq, dk_: [B, T, H, d_k]; dv_: [B, T, H, d_v]; dbeta: [B, T, H] outputs."""
+    """dq, dk_: [B, T, H, d_k]; dv_: [B, T, H, d_v]; dbeta: [B, T, H] outputs. One sweep over the rows of
+    G and S_{t-1} per step: it finishes step t (needs g_t) and begins step t - 1 (the same S_{t-1})."""
     Bsz, T, H, dk = k.shape
     dv = e.shape[-1]
     zero = q.dtype.type(0)
@@ -66,45 +81,46 @@ def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cove
         b, h = item // H, item % H
         G = np.zeros((dk, dv), q.dtype)  # ∂L/∂S_t
         Ss = np.empty((TC + 1, dk, dv), q.dtype)  # the chunk's states: Ss[s] enters step t0 + s
-        u, du = np.empty(dv, q.dtype), np.empty(dv, q.dtype)
-        for c in range(S_in.shape[2] - 1, -1, -1):
-            t0, t1 = c * TC, min(T, (c + 1) * TC)
-            Ss[0] = S_in[b, h, c]
-            for t in range(t0, t1):
-                s, kt, bt, et = t - t0, k[b, t, h], beta[b, t, h], e[b, t, h]
+        u, du, g = np.empty(dv, q.dtype), np.zeros(dv, q.dtype), np.empty(dv, q.dtype)
+        last = S_in.shape[2] - 1
+        _chunk_states(k, beta, e, S_in, b, h, last, Ss)
+        qt, kt, bt, et, dout, St = q[b, T - 1, h], k[b, T - 1, h], beta[b, T - 1, h], e[b, T - 1, h], do[b, T - 1, h], Ss[T - last * TC]
+        for i in range(dk):  # begin step T - 1: G += q do^T; ∂q = S_t do; ∂u = G^T k; ∂k = G u
+            Gi, Si, qi, ki = G[i], St[i], qt[i], kt[i]
+            aq, ak = zero, zero
+            for j in range(dv):
+                aq += Si[j] * dout[j]
+                Gi[j] += qi * dout[j]
+                du[j] += Gi[j] * ki
+                ak += Gi[j] * bt * et[j]
+            dq[b, T - 1, h, i], dk_[b, T - 1, h, i] = aq, ak
+        for t in range(T - 1, -1, -1):
+            c = t // TC
+            if t % TC == TC - 1 and c != last:
+                _chunk_states(k, beta, e, S_in, b, h, c, Ss)
+            kt, bt, et, dkt, gt = k[b, t, h], beta[b, t, h], e[b, t, h], dk_[b, t, h], dv_[b, t, h]
+            ab = zero
+            for j in range(dv):  # ∂β = ∂u · e; ∂v = g = β ∂u
+                ab += du[j] * et[j]
+                g[j] = bt * du[j]
+            dbeta[b, t, h] = ab
+            gt[:] = g
+            du[:] = 0
+            Sp = Ss[t - c * TC]  # S_{t-1}
+            if t == 0:
+                continue  # S_{-1} = 0: nothing left to finish
+            qp, kp, bp, ep, dp, dqp, dkp = q[b, t - 1, h], k[b, t - 1, h], beta[b, t - 1, h], e[b, t - 1, h], do[b, t - 1, h], dq[b, t - 1, h], dk_[b, t - 1, h]
+            for i in range(dk):
+                Gi, Si, ki, qi, kpi = G[i], Sp[i], kt[i], qp[i], kp[i]
+                a, aq, ak = zero, zero, zero
                 for j in range(dv):
-                    u[j] = bt * et[j]
-                for i in range(dk):
-                    Sp, Sn, ki = Ss[s, i], Ss[s + 1, i], kt[i]
-                    for j in range(dv):
-                        Sn[j] = Sp[j] + ki * u[j]
-            for t in range(t1 - 1, t0 - 1, -1):
-                s, qt, kt, bt, et, dout = t - t0, q[b, t, h], k[b, t, h], beta[b, t, h], e[b, t, h], do[b, t, h]
-                dqt, dkt, gt = dq[b, t, h], dk_[b, t, h], dv_[b, t, h]
-                for j in range(dv):
-                    u[j] = bt * et[j]
-                du[:] = 0
-                for i in range(dk):  # G += q do^T; ∂q = S_t do; ∂u = G^T k; ∂k = G u
-                    Gi, Si, qi, ki = G[i], Ss[s + 1, i], qt[i], kt[i]
-                    aq, ak = zero, zero
-                    for j in range(dv):
-                        aq += Si[j] * dout[j]
-                        Gi[j] += qi * dout[j]
-                        du[j] += Gi[j] * ki
-                        ak += Gi[j] * u[j]
-                    dqt[i], dkt[i] = aq, ak
-                ab = zero
-                for j in range(dv):  # ∂β = ∂u · e; ∂v = g = β ∂u
-                    ab += du[j] * et[j]
-                    gt[j] = bt * du[j]
-                dbeta[b, t, h] = ab
-                for i in range(dk):  # ∂k -= S_{t-1} g; G <- G - k g^T
-                    Gi, Si, ki = G[i], Ss[s, i], kt[i]
-                    a = zero
-                    for j in range(dv):
-                        a += Si[j] * gt[j]
-                        Gi[j] -= ki * gt[j]
-                    dkt[i] -= a
+                    a += Si[j] * g[j]  # finish t: ∂k_t -= S_{t-1} g; G <- G - k g^T
+                    Gi[j] += qi * dp[j] - ki * g[j]  # begin t - 1 with S_{t-1} and the updated G
+                    aq += Si[j] * dp[j]
+                    du[j] += Gi[j] * kpi
+                    ak += Gi[j] * bp * ep[j]
+                dkt[i] -= a
+                dqp[i], dkp[i] = aq, ak
 
 
 class DeltaRuleFn(torch.autograd.Function):

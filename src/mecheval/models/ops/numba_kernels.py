@@ -1,4 +1,4 @@
-"""How the fused numba kernels are compiled and run: threading layer, thread count, serial twins.
+"""How the fused numba kernels are compiled and run: threading layer, vector width, thread count, serial twins.
 
 Every fused kernel is a `parallel_kernel`: compiled twice from one source, with `prange` as a parallel
 loop and as a plain loop, and each call takes the serial twin when numba runs on one thread. A
@@ -6,6 +6,12 @@ parallel launch costs about 0.15 ms even on one thread under the fork-safe workq
 the short conv's forward at [32, 37, 128] × 4 taps, 0.24 ms parallel vs 0.06 ms serial), more than
 most of these kernels' work at the study's sizes. The twins run the same loop bodies, so their results
 agree (tests compare them).
+
+On CPUs with AVX-512, LLVM's tuning for most of them prefers 256-bit vectors; the kernels are compiled
+for 512-bit ones instead (measured on the published AR step, one thread: Mamba +7%, DeltaNet +16%, H3
++6%; `benchmarks/paper_scale.py`). Like the threading layer this is numba's process-wide setting, made
+only when the user has not set it (`NUMBA_CPU_FEATURES`), and it acts only if numba has compiled
+nothing yet in the process.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ import numba
 import numpy as np
 import torch
 from numba import njit
+from numba.core.codegen import get_host_cpu_features
 
 if "NUMBA_THREADING_LAYER" not in os.environ:  # GNU OpenMP kills children forked after a parallel launch
     numba.config.THREADING_LAYER = "workqueue"  # fork-safe; not for concurrent calls from several threads
+if "NUMBA_CPU_FEATURES" not in os.environ and "+avx512f" in (host := get_host_cpu_features()).split(","):
+    numba.config.CPU_FEATURES = host + ",-prefer-256-bit"  # the host's features, 512-bit vectors preferred
 
 
 def use_torch_threads() -> None:

@@ -6,14 +6,15 @@
 Shapes: u, delta: [B, T, Di]; A: [Di, N]; Bm, Cm: [B, T, N]; D: [Di]; y: [B, T, Di].
 
 Forward: work items (batch, block of W adjacent channels) run in parallel, each update vectorised
-across the block's channels (contiguous in u, Δ, y), time in chunks of TC steps; only y is kept.
+across the block's channels (contiguous in u, Δ, y), exp(Δ_t A) computed inside that update (`_exp`,
+inlined and vectorised with it: no scratch); only y is kept.
 W (`lanes`, at most MAX_LANES) is passed at run time on purpose: LLVM unrolls a loop over a constant 16
 lanes into scalar code (numba leaves SLP vectorisation off), while it vectorises a loop of run-time
 length; blocks as wide as the channels allow keep those loops long. With `_dot` below, forward and
 backward run at 1.4x the speed of the constant 16-lane kernel at Di = 128 (1.8x at Di = 64), measured.
 Backward: work items (batch, group of channel blocks); per block of W channels, vectorised across them
-as in the forward, the states h_0..h_T are recomputed into a [T, N, W] scratch (as the GPU kernel
-recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
+as in the forward, the decays exp(Δ_t A) and states h_0..h_T are recomputed into [T, N, W] scratch (as
+the GPU kernel recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
 
     g_t = gy_t C_t + exp(Δ_{t+1} A) ⊙ g_{t+1}
     ∂C_t = Σ_d gy_t h_t      ∂B_t = Σ_d g_t Δ_t u_t      ∂D = Σ_{b,t} gy_t u_t
@@ -23,8 +24,8 @@ recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
 
 Sums over channel groups (∂B, ∂C) and over batch (∂A, ∂D) go to per-item partials reduced with torch
 afterwards, so items never write to the same memory. CPU, float32 or float64; IEEE arithmetic
-except that a * b + c may be fused into one FMA (fastmath "contract": rounded once, not twice); exp is
-computed in vectorised passes (`_exp_into`, its polynomial in FMAs too); the dot products over a block's
+except that a * b + c may be fused into one FMA (fastmath "contract": rounded once, not twice); float32 exp
+is `_exp`, its polynomial in FMAs too; the dot products over a block's
 lanes (∂B, ∂C) are summed in vector lanes (`_dot`).
 """
 
@@ -35,54 +36,56 @@ import math
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
 
-def _exp_into(z, out, kbuf):
-    """out[:] = exp(z) for 1-d arrays; kbuf: int32 scratch of the same length."""
+@intrinsic
+def _f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the low 32 bits of the integer `bits` (a bitcast; numba has none
+    for scalars)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        low = builder.trunc(args[0], ir.IntType(32)) if bits.bitwidth > 32 else args[0]
+        return builder.bitcast(low, ir.FloatType())
+
+    return types.float32(bits), codegen
 
 
-@overload(_exp_into, jit_options={"fastmath": {"contract"}})
-def _exp_into_overload(z, out, kbuf):
-    """float32: Cephes' expf (2^k · e^r, |r| ≤ ln2/2, clamped outside [-87, 88]) written so LLVM vectorises
-    it, since numba calls scalar libm exp otherwise; its polynomial in FMAs (a third faster than separate
-    multiplies and adds; within 0.83 ulp of exp in float64 on the scan's Δ A, 0.80 without); float64:
-    libm exp."""
-    if out.dtype != types.float32:
+def _exp(x):
+    """exp(x), in a form LLVM vectorises inside the caller's loop."""
 
-        def exp_libm(z, out, kbuf):
-            for i in range(z.shape[0]):
-                out[i] = math.exp(z[i])
 
-        return exp_libm
+@overload(_exp, jit_options={"fastmath": {"contract"}}, inline="always")
+def _exp_overload(x):
+    """float32: Cephes' expf (2^k · e^r, |r| ≤ ln2/2, clamped outside [-87, 88]), inlined so that the
+    scan's loops over lanes stay vectorised (numba calls scalar libm exp otherwise), its polynomial in
+    FMAs (within 0.83 ulp of exp in float64 on the scan's Δ A); float64: libm exp."""
+    if x != types.float32:
+        return lambda x: math.exp(x)
 
-    def exp_f32(z, out, kbuf):
-        scale = kbuf.view(np.float32)  # holds the bits of 2^k
-        for i in range(z.shape[0]):
-            x = z[i]
-            x = np.float32(-87.0) if x < np.float32(-87.0) else x  # comparisons written so NaN stays NaN
-            x = np.float32(88.0) if x > np.float32(88.0) else x
-            k = np.floor(x * np.float32(1.44269504) + np.float32(0.5))
-            r = x - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
-            p = np.float32(1.9875691500e-4)
-            p = p * r + np.float32(1.3981999507e-3)
-            p = p * r + np.float32(8.3334519073e-3)
-            p = p * r + np.float32(4.1665795894e-2)
-            p = p * r + np.float32(1.6666665459e-1)
-            p = p * r + np.float32(5.0000001201e-1)
-            out[i] = p * r * r + r + np.float32(1.0)
-            kbuf[i] = (np.int32(k) + np.int32(127)) << np.int32(23)
-        for i in range(z.shape[0]):
-            out[i] *= scale[i]
+    def exp_f32(x):
+        x = np.float32(-87.0) if x < np.float32(-87.0) else x  # comparisons written so NaN stays NaN
+        x = np.float32(88.0) if x > np.float32(88.0) else x
+        k = np.floor(x * np.float32(1.44269504) + np.float32(0.5))
+        r = x - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
+        p = np.float32(1.9875691500e-4)
+        p = p * r + np.float32(1.3981999507e-3)
+        p = p * r + np.float32(8.3334519073e-3)
+        p = p * r + np.float32(4.1665795894e-2)
+        p = p * r + np.float32(1.6666665459e-1)
+        p = p * r + np.float32(5.0000001201e-1)
+        return (p * r * r + r + np.float32(1.0)) * _f32_from_bits((np.int32(k) + 127) << 23)
 
     return exp_f32
 
 
-MAX_LANES = 128  # channels per work item at most (its scratch: [TC or T, N, W] per array)
-TC = 32  # time steps per forward chunk (keeps the forward's scratch small)
+MAX_LANES = 128  # channels per work item at most (the backward's scratch: [T, N, W] per array)
 FASTMATH = {"contract"}  # FMAs allowed; no reassociation, so sums run in a fixed order
 
 
@@ -103,22 +106,6 @@ def _dot(a, b):  # pragma: no cover - compiled
     return acc
 
 
-@njit(cache=True, fastmath=FASTMATH)
-def _decay_block(dt, At_blk, tc, z, out, kbuf):  # pragma: no cover - compiled
-    """out[s, n, w] = exp(dt[s, w] At_blk[n, w]) for s < tc, all W lanes. dt: [>= tc, W] and At_blk: [N, W],
-    contiguous copies of the block's Δ and A^T (lanes past a partial block hold 0: exp(0) = 1, unused);
-    z, out: [>= tc, N, W] scratch; kbuf: int32 [z.size]. Local copies let LLVM vectorise the products."""
-    N, W = At_blk.shape
-    zf = z.reshape(z.size)
-    for s in range(tc):
-        for n in range(N):
-            base = (s * N + n) * W
-            for w in range(W):
-                zf[base + w] = dt[s, w] * At_blk[n, w]
-    m = tc * N * W
-    _exp_into(zf[:m], out.reshape(out.size)[:m], kbuf[:m])
-
-
 @parallel_kernel(fastmath=FASTMATH)
 def _scan_fwd(u, delta, At, Bm, Cm, D, y, W):  # pragma: no cover - compiled
     """W: the block width (`lanes`)."""
@@ -128,28 +115,20 @@ def _scan_fwd(u, delta, At, Bm, Cm, D, y, W):  # pragma: no cover - compiled
     for i in prange(Bsz * nblk):
         b, d0 = i // nblk, (i % nblk) * W
         Wb = min(W, Di - d0)
-        z, dA, kbuf = np.empty((TC, N, W), At.dtype), np.empty((TC, N, W), At.dtype), np.empty(TC * N * W, np.int32)
-        h, dtx = np.zeros((N, W), At.dtype), np.empty(W, At.dtype)
-        At_blk, dt_blk = np.zeros((N, W), At.dtype), np.zeros((TC, W), At.dtype)
+        h, dtx, At_blk = np.zeros((N, W), At.dtype), np.empty(W, At.dtype), np.empty((N, W), At.dtype)
         for n in range(N):
             for w in range(Wb):
                 At_blk[n, w] = At[n, d0 + w]
-        for t0 in range(0, T, TC):
-            tc = min(TC, T - t0)
-            for s in range(tc):
+        for t in range(T):
+            x, dt, acc = u[b, t, d0 : d0 + Wb], delta[b, t, d0 : d0 + Wb], y[b, t, d0 : d0 + Wb]
+            for w in range(Wb):
+                dtx[w] = dt[w] * x[w]
+                acc[w] = D[d0 + w] * x[w]
+            for n in range(N):
+                bn, cn, hn, An = Bm[b, t, n], Cm[b, t, n], h[n], At_blk[n]
                 for w in range(Wb):
-                    dt_blk[s, w] = delta[b, t0 + s, d0 + w]
-            _decay_block(dt_blk, At_blk, tc, z, dA, kbuf)
-            for s in range(tc):
-                x, dt, acc = u[b, t0 + s, d0 : d0 + Wb], delta[b, t0 + s, d0 : d0 + Wb], y[b, t0 + s, d0 : d0 + Wb]
-                for w in range(Wb):
-                    dtx[w] = dt[w] * x[w]
-                    acc[w] = D[d0 + w] * x[w]
-                for n in range(N):
-                    bn, cn, hn, an = Bm[b, t0 + s, n], Cm[b, t0 + s, n], h[n], dA[s, n]
-                    for w in range(Wb):
-                        hn[w] = an[w] * hn[w] + dtx[w] * bn
-                        acc[w] += hn[w] * cn
+                    hn[w] = _exp(dt[w] * An[w]) * hn[w] + dtx[w] * bn
+                    acc[w] += hn[w] * cn
 
 
 @parallel_kernel(fastmath=FASTMATH)
@@ -166,7 +145,6 @@ def _scan_bwd(u, delta, A, Bm, Cm, D, gy, du, ddelta, dA_part, dB_part, dC_part,
     for i in prange(Bsz * G):
         b, grp = i // G, i % G
         Bb, Cb, dB, dC = Bm[b], Cm[b], dB_part[b, grp], dC_part[b, grp]  # [T, N] each
-        z, kbuf = np.empty((T, N, W), dtype), np.empty(T * N * W, np.int32)
         dA = np.empty((T + 1, N, W), dtype)  # dA[t] = exp(Δ_t A); dA[T] = 0 (no step after the last)
         hs = np.empty((T + 1, N, W), dtype)  # hs[t + 1] = h_t, hs[0] = 0
         g = np.empty((T + 1, N, W), dtype)  # g[t] = ∂L/∂h_t, g[T] = 0
@@ -183,13 +161,14 @@ def _scan_bwd(u, delta, A, Bm, Cm, D, gy, du, ddelta, dA_part, dB_part, dC_part,
             for t in range(T):
                 for w in range(Wb):
                     dt[t, w], x[t, w], gyb[t, w] = delta[b, t, d0 + w], u[b, t, d0 + w], gy[b, t, d0 + w]
-            _decay_block(dt, At_blk, T, z, dA, kbuf)
             for t in range(T):
+                dtt = dt[t]
                 for w in range(W):
-                    dtx[w] = dt[t, w] * x[t, w]
+                    dtx[w] = dtt[w] * x[t, w]
                 for n in range(N):
-                    h0, h1, a, bn = hs[t, n], hs[t + 1, n], dA[t, n], Bb[t, n]
+                    h0, h1, a, An, bn = hs[t, n], hs[t + 1, n], dA[t, n], At_blk[n], Bb[t, n]
                     for w in range(W):
+                        a[w] = _exp(dtt[w] * An[w])
                         h1[w] = a[w] * h0[w] + dtx[w] * bn
             for t in range(T - 1, -1, -1):
                 gyt = gyb[t]
