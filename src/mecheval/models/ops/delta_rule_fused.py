@@ -10,6 +10,8 @@ entering every chunk of TC steps. Backward: per chunk, the states are recomputed
     G += q_t do_t^T;   ∂q_t = S_t do_t;   ∂u_t = G^T k_t;   ∂k_t = G u_t - S_{t-1} g_t   (g_t = β_t ∂u_t)
     ∂v_t = g_t;   ∂β_t = ∂u_t · e_t;   G <- G - k_t g_t^T   (∂L/∂S_{t-1})
 
+in one pass over the rows of G and S_{t-1} per step: the last two updates of step t and the first four
+of step t - 1 read the same rows (S_t of step t - 1 is S_{t-1}).
 Rows of S and G are contiguous in d_v, so every pass is a vectorised loop over d_v; the dot products
 over d_v (∂q, ∂k) may be reassociated (fastmath "reassoc" only), so sums differ from a strict order
 in the last bits. CPU, float32 or float64.
@@ -85,6 +87,8 @@ def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cove
         last = S_in.shape[2] - 1
         _chunk_states(k, beta, e, S_in, b, h, last, Ss)
         qt, kt, bt, et, dout, St = q[b, T - 1, h], k[b, T - 1, h], beta[b, T - 1, h], e[b, T - 1, h], do[b, T - 1, h], Ss[T - last * TC]
+        for j in range(dv):
+            u[j] = bt * et[j]
         for i in range(dk):  # begin step T - 1: G += q do^T; ∂q = S_t do; ∂u = G^T k; ∂k = G u
             Gi, Si, qi, ki = G[i], St[i], qt[i], kt[i]
             aq, ak = zero, zero
@@ -92,7 +96,7 @@ def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cove
                 aq += Si[j] * dout[j]
                 Gi[j] += qi * dout[j]
                 du[j] += Gi[j] * ki
-                ak += Gi[j] * bt * et[j]
+                ak += Gi[j] * u[j]
             dq[b, T - 1, h, i], dk_[b, T - 1, h, i] = aq, ak
         for t in range(T - 1, -1, -1):
             c = t // TC
@@ -110,6 +114,8 @@ def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cove
             if t == 0:
                 continue  # S_{-1} = 0: nothing left to finish
             qp, kp, bp, ep, dp, dqp, dkp = q[b, t - 1, h], k[b, t - 1, h], beta[b, t - 1, h], e[b, t - 1, h], do[b, t - 1, h], dq[b, t - 1, h], dk_[b, t - 1, h]
+            for j in range(dv):
+                u[j] = bp * ep[j]  # u_{t-1}
             for i in range(dk):
                 Gi, Si, ki, qi, kpi = G[i], Sp[i], kt[i], qp[i], kp[i]
                 a, aq, ak = zero, zero, zero
@@ -118,7 +124,7 @@ def _delta_bwd(q, k, beta, e, S_in, do, dq, dk_, dv_, dbeta):  # pragma: no cove
                     Gi[j] += qi * dp[j] - ki * g[j]  # begin t - 1 with S_{t-1} and the updated G
                     aq += Si[j] * dp[j]
                     du[j] += Gi[j] * kpi
-                    ak += Gi[j] * bp * ep[j]
+                    ak += Gi[j] * u[j]
                 dkt[i] -= a
                 dqp[i], dkp[i] = aq, ak
 
