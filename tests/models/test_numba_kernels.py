@@ -14,6 +14,7 @@ import torch
 from mecheval.models.ops import numba_kernels
 from mecheval.models.ops.delta_rule_fused import delta_rule_fused
 from mecheval.models.ops.diag_ssm_fused import diag_ssm_fused
+from mecheval.models.ops.row_norm_fused import ROWS, rms_norm_fused
 from mecheval.models.ops.selective_scan_fused import selective_scan_fused
 from mecheval.models.ops.short_conv_fused import short_conv_fused
 from mecheval.models.ops.small_matmul_fused import small_matmul_fused
@@ -38,6 +39,10 @@ def op_inputs(name):
         return small_matmul_fused, [torch.randn(5000, *s, generator=g).requires_grad_() for s in ((2, 1), (1, 2))]
     if name == "diag_ssm":
         return diag_ssm_fused, ssm_inputs(2, 9, 3, 6, (2,), seed=0)
+    if name == "row_norm":
+        g = torch.Generator().manual_seed(0)
+        x, w = torch.randn(3 * ROWS + 1, 12, generator=g), torch.randn(12, generator=g)
+        return (lambda x, w: rms_norm_fused(x, w, 1e-5)), [x.requires_grad_(), w.requires_grad_()]
     raise KeyError(name)
 
 
@@ -48,7 +53,7 @@ def outputs_and_grads(op, xs, threads):
     return [y.detach(), *torch.autograd.grad(y, xs, gy)]
 
 
-@pytest.mark.parametrize("name", ["selective_scan", "delta_rule", "short_conv", "small_matmul", "diag_ssm"])
+@pytest.mark.parametrize("name", ["selective_scan", "delta_rule", "short_conv", "small_matmul", "diag_ssm", "row_norm"])
 def test_serial_twin_equals_the_parallel_kernel(name, monkeypatch):
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has one thread here: only the serial twin runs")

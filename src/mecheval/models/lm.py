@@ -24,6 +24,7 @@ from torch import nn
 
 from mecheval.models.config import ModelConfig
 from mecheval.models.mixers import mixer_spec
+from mecheval.models.norms import RMSNorm
 from mecheval.models.sites import Site
 
 ZOOLOGY_STD = 0.02  # the std of embeddings (token and position) in the study's code (zoology's _init_weights)
@@ -33,7 +34,7 @@ def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = False) -
     """A LayerNorm (bias only if asked) or an RMSNorm over the last dim d; eps None: torch's default for each."""
     if kind == "layernorm":
         return nn.LayerNorm(d, eps=1e-5 if eps is None else eps, bias=bias)
-    return nn.RMSNorm(d, eps=eps)
+    return RMSNorm(d, eps=eps)
 
 
 class MLP(nn.Module):

@@ -27,6 +27,7 @@ from pydantic import Field
 from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
+from mecheval.models.norms import RMSNorm
 from mecheval.models.ops.delta_rule import (
     delta_rule_state_at,
     delta_rule_state_response,
@@ -34,7 +35,7 @@ from mecheval.models.ops.delta_rule import (
     delta_rule_states_response,
     delta_rule_step,
 )
-from mecheval.models.ops.dispatch import delta_rule
+from mecheval.models.ops.dispatch import delta_rule, l2_normalize
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
 from mecheval.models.states import StateSite, StateValue
@@ -90,14 +91,13 @@ class DeltaNet(Mixer):
         self.b_proj = nn.Linear(d_model, self.n_heads, bias=False)
         self.state = StateSite()
         self.core_out = Site()
-        self.o_norm = nn.RMSNorm(self.d_head, eps=options.norm_eps)
+        self.o_norm = RMSNorm(self.d_head, eps=options.norm_eps)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
 
     def _qkv_beta(self, c: torch.Tensor, u: torch.Tensor):
         """Activated conv output c [..., 3D] and input u [..., D] -> q, k [..., H, d_h], v, β [..., H]."""
         q, k, v = (z.unflatten(-1, (self.n_heads, self.d_head)) for z in F.silu(c).chunk(3, dim=-1))
-        q = F.normalize(q, dim=-1) * self.d_head**-0.5
-        return q, F.normalize(k, dim=-1), v, torch.sigmoid(self.b_proj(u))
+        return l2_normalize(q, self.d_head**-0.5), l2_normalize(k), v, torch.sigmoid(self.b_proj(u))
 
     def _out(self, core: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., D]
         return self.o_proj(self.o_norm(core.unflatten(-1, (self.n_heads, self.d_head))).flatten(-2))

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
+import torch.nn.functional as F
 
 from mecheval.models.ops import delta_rule as reference_delta_rule
 from mecheval.models.ops import diag_ssm as reference_diag_ssm
@@ -121,6 +122,25 @@ def delta_rule(q, k, v, beta):
 
         return delta_rule_fused(q, k, v, beta)
     return reference_delta_rule.delta_rule(q, k, v, beta)
+
+
+def rms_norm(x, weight, eps: float):
+    """RMSNorm over the last dim, `F.rms_norm(x, (d,), weight, eps)`: x [..., d], weight [d] -> [..., d].
+    On CPU the fused kernel (its backward one pass, where autograd's takes many ops)."""
+    if current_mode() == "auto" and _fused_cpu_ok(x, weight):
+        from mecheval.models.ops.row_norm_fused import rms_norm_fused  # numba compiles lazily
+
+        return rms_norm_fused(x, weight, eps)
+    return F.rms_norm(x, x.shape[-1:], weight, eps)
+
+
+def l2_normalize(x, scale: float = 1.0, eps: float = 1e-12):
+    """`F.normalize(x, dim=-1, eps=eps) * scale`: x [..., d] -> [..., d]. On CPU the fused kernel."""
+    if current_mode() == "auto" and _fused_cpu_ok(x):
+        from mecheval.models.ops.row_norm_fused import l2_normalize_fused  # numba compiles lazily
+
+        return l2_normalize_fused(x, scale, eps)
+    return F.normalize(x, dim=-1, eps=eps) * scale
 
 
 def small_matmul(a, b):
