@@ -7,9 +7,11 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from mecheval.models.ops import dispatch
 from mecheval.models.ops.diag_ssm import diag_ssm, diag_ssm_kernel, diag_ssm_loop
 from mecheval.models.ops.diag_ssm_fused import diag_ssm_fused, diag_ssm_kernel_fused
 
+from .test_dispatch import autograd_nodes
 from .test_fused_kernels import assert_rel_close
 from .test_ops import s4d_params
 
@@ -55,3 +57,41 @@ def test_kernel_equals_the_polar_form_in_float64():
 def test_gradcheck_float64(shape):
     xs = ssm_inputs(*shape, seed=3, dtype=torch.float64)
     assert torch.autograd.gradcheck(diag_ssm_fused, xs)
+
+
+def h3_params(H, M, seed, dtype=torch.float32):
+    """S4D-Lin's raw parameters as H3 holds them (log_dt [H], log_A_real, A_imag [H, M], B, C [H, M, 2]),
+    spread beyond H3's init so every term of the discretisation's gradient matters; all requiring grad."""
+    g = torch.Generator().manual_seed(seed)
+    log_dt = torch.empty(H, dtype=dtype).uniform_(-7, -1, generator=g)
+    log_A_real = torch.randn(H, M, generator=g, dtype=dtype) * 0.5 - 0.7
+    A_imag = torch.pi * torch.arange(M, dtype=dtype).repeat(H, 1) + torch.randn(H, M, generator=g, dtype=dtype)
+    B, C = torch.randn(H, M, 2, generator=g, dtype=dtype), torch.randn(H, M, 2, generator=g, dtype=dtype)
+    return [p.requires_grad_() for p in (log_dt, log_A_real, A_imag, B, C)]
+
+
+@settings(max_examples=15, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 80), H=st.integers(1, 3), M=st.sampled_from([1, 3, 512]),
+       E=st.sampled_from([(), (2, 2)]), seed=st.integers(0, 2**16))
+@example(B=2, T=37, H=2, M=512, E=(2, 2), seed=0)  # the published H3
+def test_bilinear_fused_equals_discretising_in_torch(B, T, H, M, E, seed):
+    """`diag_ssm_bilinear` (discretisation inside the fused kernel) against `diag_ssm(u, *bilinear(...))`,
+    outputs and the gradients of every parameter."""
+    u = torch.randn(B, T, H, *E, generator=torch.Generator().manual_seed(seed + 1)).requires_grad_()
+    params, D = h3_params(H, M, seed), torch.randn(H).requires_grad_()
+    xs = [u, *params, D]
+    y = dispatch.diag_ssm_bilinear(u, *params, D)
+    with dispatch.kernel_mode("reference"):
+        y_ref = dispatch.diag_ssm_bilinear(u, *params, D)
+    assert "BilinearSSMKernelFn" in autograd_nodes(y) and "BilinearSSMKernelFn" not in autograd_nodes(y_ref)
+    assert_rel_close(y, y_ref, rtol=1e-4, name="y")
+    gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed + 2))
+    names = ["u", "log_dt", "log_A_real", "A_imag", "B", "C", "D"]
+    for name, g, g_ref in zip(names, torch.autograd.grad(y, xs, gy), torch.autograd.grad(y_ref, xs, gy)):
+        assert_rel_close(g, g_ref, rtol=1e-4, name=name)
+
+
+def test_bilinear_gradcheck_float64():
+    u = torch.randn(2, 6, 2, 2, dtype=torch.float64).requires_grad_()
+    xs = [u, *h3_params(2, 3, seed=4, dtype=torch.float64)]
+    assert torch.autograd.gradcheck(lambda u, *p: dispatch.diag_ssm_bilinear(u, *p), xs)

@@ -24,7 +24,7 @@ def autograd_nodes(y: torch.Tensor) -> set[str]:
     return {n.name().removesuffix("Backward") for n in seen}
 
 
-@pytest.mark.parametrize("config, kernel", [(("deltanet", 4), "DeltaRuleFn"), (("h3", 3), "DiagSSMKernelFn"),
+@pytest.mark.parametrize("config, kernel", [(("deltanet", 4), "DeltaRuleFn"), (("h3", 3), "BilinearSSMKernelFn"),
                                             (("h3", 3), "SmallMatmulFn"), (("hyena",), "ShortConvFn")])
 def test_mixer_dispatches_and_reference_mode_switches(config, kernel, monkeypatch):
     monkeypatch.delenv(dispatch.ENV_VAR, raising=False)

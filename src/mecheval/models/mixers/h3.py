@@ -13,8 +13,8 @@ SSM_diag is S4D-Lin with M = d_state / 2 complex modes (a real state of d_state)
     A_m = -exp(a_m) + i θ_m,  dA = (1 + ΔA/2) / (1 - ΔA/2),  dB = Δ B / (1 - ΔA/2)
     x_t = dA ⊙ x_{t-1} + dB kv_t,   SSM(kv)_t = 2 Re(C · x_t)      x: [B, H, d_h, d_h, M] complex
 init: a = log 1/2, θ_m = π m, B = 1, C ~ CN(0, 1), Δ ~ logU[dt_min, dt_max] per head, D_h ~ N(0, 1).
-Training convolves kv with the SSM's kernel (`ops.dispatch.diag_ssm`: on CPU the fused kernel, a direct
-conv; else by FFT; same math); the recurrent view steps x.
+Training convolves kv with the SSM's kernel (`ops.dispatch.diag_ssm_bilinear`: on CPU one fused kernel
+from the parameters, a direct conv; else by FFT; same math); the recurrent view steps x.
 
 The shift SSM is our shared short conv. A shift SSM of state size N (A the shift matrix, B = e_1) keeps
 the last N keys, so k̄_t = Σ_{j<N} C_j k_{t-j} + D k_t: exactly a causal depthwise conv of kernel N,
@@ -33,7 +33,9 @@ them; the study asks for none).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Callable
 
 import torch
 from pydantic import Field, field_validator
@@ -41,6 +43,7 @@ from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.ops.diag_ssm import (
+    bilinear,
     diag_ssm_first_order,
     diag_ssm_init_state,
     diag_ssm_state_at,
@@ -49,7 +52,7 @@ from mecheval.models.ops.diag_ssm import (
     diag_ssm_states_response,
     diag_ssm_step,
 )
-from mecheval.models.ops.dispatch import diag_ssm, small_matmul
+from mecheval.models.ops.dispatch import diag_ssm_bilinear, small_matmul
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
 from mecheval.models.states import StateSite, StateValue
@@ -77,9 +80,15 @@ class H3State(StateValue):
     its input kv (`ops.diag_ssm`'s closed forms); output: s = SSM(kv) + D kv [B, T, H, d_h, d_h]."""
 
     kv: torch.Tensor  # [B, T, H, d_h, d_h]
-    dA: torch.Tensor  # [H, M] complex
-    dB: torch.Tensor
-    C: torch.Tensor
+    discretize: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # -> dA, dB, C [H, M] complex
+
+    @functools.cached_property
+    def _modes(self):  # discretised only if the site is read (training computes the kernel without it)
+        return self.discretize()
+
+    dA = property(lambda self: self._modes[0])
+    dB = property(lambda self: self._modes[1])
+    C = property(lambda self: self._modes[2])
 
     @property
     def size(self) -> int:
@@ -138,12 +147,13 @@ class H3(Mixer):
         self.core_out = Site()
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
+    def _ssm_params(self):
+        """log_dt [H], log_A_real, A_imag [H, M], B, C [H, M, 2]: S4D-Lin's, as `ops.diag_ssm.bilinear` takes them."""
+        return self.log_dt, self.log_A_real, self.A_imag, self.B, self.C
+
     def _discretize(self):
         """Bilinear discretisation -> dA, dB, C: [H, M] complex."""
-        dt = torch.exp(self.log_dt)[:, None]
-        dtA = dt * torch.complex(-torch.exp(self.log_A_real), self.A_imag)
-        inv = 1 / (1 - dtA / 2)  # dA = (1 + ΔA/2) inv = 2 inv - 1: one complex division, not two
-        return 2 * inv - 1, torch.view_as_complex(self.B) * dt * inv, torch.view_as_complex(self.C)
+        return bilinear(*self._ssm_params())
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., H, d_h]
         return x.unflatten(-1, (self.n_heads, self.d_head))
@@ -162,9 +172,8 @@ class H3(Mixer):
         if self.conv is not None:
             k = self.conv_out(self.conv(k))
         kv = self._kv(k, v)  # [B, T, H, d_h, d_h]
-        dA, dB, C = self._discretize()
-        s = diag_ssm(kv, dA, dB, C, D=self.D)  # SSM(kv) + D kv (D as the kernel's lag-0 tap)
-        s = self.state(H3State(s, kv, dA, dB, C)).output
+        s = diag_ssm_bilinear(kv, *self._ssm_params(), D=self.D)  # SSM(kv) + D kv (D as the kernel's lag-0 tap)
+        s = self.state(H3State(s, kv, self._discretize)).output
         s = self.core_out(s.flatten(-3)).unflatten(-1, kv.shape[-3:])
         return self._out(q, s)
 

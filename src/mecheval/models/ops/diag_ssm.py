@@ -44,6 +44,16 @@ def diag_ssm_kernel(dA, dB, C, T: int) -> torch.Tensor:
     return K.reshape(K.shape[0], J * I)[:, :T].T.to(dA.real.dtype)
 
 
+def bilinear(log_dt, log_A_real, A_imag, B, C):
+    """S4D-Lin's parameters, discretised bilinearly: A = -exp(log_A_real) + i A_imag, Δ = exp(log_dt),
+        dA = (1 + ΔA/2) / (1 - ΔA/2) = 2 inv - 1,   dB = Δ B inv,   inv = 1 / (1 - ΔA/2).
+    log_dt [H]; log_A_real, A_imag [H, M]; B, C [H, M, 2] (real and imaginary parts) -> dA, dB, C [H, M] complex."""
+    dt = torch.exp(log_dt)[:, None]
+    dtA = dt * torch.complex(-torch.exp(log_A_real), A_imag)
+    inv = 1 / (1 - dtA / 2)  # one complex division, not two
+    return 2 * inv - 1, torch.view_as_complex(B) * dt * inv, torch.view_as_complex(C)
+
+
 def with_skip(K: torch.Tensor, D: torch.Tensor | None) -> torch.Tensor:
     """K [T, H] with the skip D [H] added at lag 0, so that K * u = SSM(u) + D u (K itself for D None)."""
     return K if D is None else torch.cat([K[:1] + D.to(K.dtype), K[1:]])

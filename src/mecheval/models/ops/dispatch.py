@@ -114,6 +114,18 @@ def diag_ssm(u, dA, dB, C, D=None):
     return reference_diag_ssm.diag_ssm(u, dA, dB, C, D)
 
 
+def diag_ssm_bilinear(u, log_dt, log_A_real, A_imag, B, C, D=None):
+    """H3's SSM from its S4D-Lin parameters, `diag_ssm(u, *ops.diag_ssm.bilinear(log_dt, log_A_real, A_imag,
+    B, C), D)`: u [B, T, H, *E] real; log_dt [H]; log_A_real, A_imag [H, M]; B, C [H, M, 2] -> y like u. On
+    CPU one fused computation of the kernel from the parameters (discretisation included, both ways)."""
+    params = (log_dt, log_A_real, A_imag, B, C)
+    if current_mode() == "auto" and _fused_cpu_ok(u) and all(p.device.type == "cpu" and p.is_floating_point() for p in params):
+        from mecheval.models.ops.diag_ssm_fused import diag_ssm_bilinear_fused  # numba compiles lazily
+
+        return diag_ssm_bilinear_fused(u, *params, D)
+    return reference_diag_ssm.diag_ssm(u, *reference_diag_ssm.bilinear(*params), D)
+
+
 def delta_rule(q, k, v, beta):
     """DeltaNet's delta rule, same result as `ops.delta_rule.delta_rule`: q, k [B, T, H, d_k]; v [B, T, H, d_v];
     beta [B, T, H] -> o [B, T, H, d_v]. On CPU the fused recurrence; else the chunkwise (WY) form."""
