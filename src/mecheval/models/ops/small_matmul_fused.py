@@ -2,11 +2,11 @@
 more than the arithmetic (H3's per-head outer products k vᵀ and gates sᵀ q, 2 × 2 at head dim 2).
 
     c[..., r, s] = Σ_l a[..., r, l] b[..., l, s]          a: [..., m, k]; b: [..., k, n]; c: [..., m, n]
-    ∂a = ∂c bᵀ,  ∂b = aᵀ ∂c
+    ∂a = ∂c bᵀ,  ∂b = aᵀ ∂c                                 (the same kernel on transposed views)
 
 Leading dims broadcast as in `torch.matmul` (expanded, then flattened to one contiguous batch dim whose
-blocks run in parallel); the sum over l runs in order l = 0 .. k-1; the backward computes both input
-gradients in one call. Kernels are compiled per (m, k, n) (cached on disk like the others). CPU, float32 or float64; IEEE arithmetic.
+blocks run in parallel); the sum over l runs in order l = 0 .. k-1. Kernels are compiled per (m, k, n)
+(cached on disk like the others). CPU, float32 or float64; IEEE arithmetic.
 """
 
 from __future__ import annotations
@@ -44,31 +44,6 @@ def _forward(m: int, k: int, n: int):
     return bmm
 
 
-@functools.cache
-def _backward(m: int, k: int, n: int):
-    """Both input gradients of `_forward(m, k, n)` in one call: ga = gc bᵀ [N, m, k], gb = aᵀ gc [N, k, n]."""
-
-    @parallel_kernel(fastmath=False)
-    def bmm_grads(a, b, gc, ga, gb):  # pragma: no cover - compiled
-        N = a.shape[0]
-        for blk in prange((N + BLOCK - 1) // BLOCK):
-            for i in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
-                for r in range(m):
-                    for l in range(k):
-                        acc = ga.dtype.type(0)
-                        for s in range(n):
-                            acc += gc[i, r, s] * b[i, l, s]
-                        ga[i, r, l] = acc
-                for l in range(k):
-                    for s in range(n):
-                        acc = gb.dtype.type(0)
-                        for r in range(m):
-                            acc += a[i, r, l] * gc[i, r, s]
-                        gb[i, l, s] = acc
-
-    return bmm_grads
-
-
 class SmallMatmulFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
@@ -84,7 +59,10 @@ class SmallMatmulFn(torch.autograd.Function):
         a, b = ctx.saved_tensors
         use_torch_threads()
         ga, gb = torch.empty_like(a), torch.empty_like(b)
-        _backward(*a.shape[1:], b.shape[2])(as_numpy(a), as_numpy(b), as_numpy(gc), ga.numpy(), gb.numpy())
+        (m, k), n = a.shape[1:], b.shape[2]
+        a_, b_, gc_ = as_numpy(a), as_numpy(b), as_numpy(gc)
+        _forward(m, n, k)(gc_, b_.transpose(0, 2, 1), ga.numpy())  # ∂a = ∂c bᵀ
+        _forward(k, m, n)(a_.transpose(0, 2, 1), gc_, gb.numpy())  # ∂b = aᵀ ∂c
         return ga, gb
 
 
