@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.training.run_dir import RunDir
+
 HERE = Path(__file__).parent
 
 
@@ -50,7 +52,7 @@ def row(run: Path) -> str | None:
     if not summary.exists():
         return None
     s = json.loads(summary.read_text())
-    evals = [m["eval"]["test"]["acc"] for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "eval" in m]
+    evals = [m["eval"]["test"]["acc"] for m in RunDir(run).read_metrics() if "eval" in m]  # metrics.jsonl or .gz
     stop = f"{s['steps']:,}" + (" (early stop)" if s.get("stopped_early") else "")
     if not verdict.exists():
         return f"| {run.name} | {evals[-1]:.3f} | – | not read | – | – | – | – | {stop} |"

@@ -1,4 +1,5 @@
-"""`mecheval runs SWEEP_DIR [--best-lr]`: a table of a sweep's runs, written to runs.parquet."""
+"""`mecheval runs SWEEP_DIR [--best-lr]`: a table of a sweep's runs, written to runs.parquet;
+`mecheval archive-logs DIR`: the metrics logs of the finished runs under DIR, gzip-compressed for committing."""
 
 from __future__ import annotations
 
@@ -48,5 +49,27 @@ def _cell(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def archive_logs(
+    directory: Path = typer.Argument(..., help="a run, sweep or study directory", exists=True, file_okay=False),
+) -> None:
+    """Compress metrics.jsonl of every finished run under DIRECTORY to metrics.jsonl.gz (every reader takes
+    either; a quarter of the size). Unfinished runs are left as they are: their logs still grow."""
+    from mecheval.training.run_dir import CONFIG, METRICS, RunDir
+
+    archived, unfinished = 0, []
+    for config in sorted(directory.rglob(CONFIG)):
+        run = RunDir(config.parent)
+        if not (run / METRICS).exists():
+            continue
+        if run.finished:
+            archived += run.archive_metrics()
+        else:
+            unfinished.append(str(run.path))
+    typer.echo(f"archived the logs of {archived} finished run(s) under {directory}")
+    for path in unfinished:
+        typer.echo(f"left as is (not finished): {path}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("runs")(runs)
+    app.command("archive-logs")(archive_logs)

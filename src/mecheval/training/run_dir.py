@@ -2,6 +2,8 @@
 
     config.yaml              the full resolved TrainConfig
     metrics.jsonl            one JSON object per logged step (loss, lr, accuracy, eval per split, time)
+    metrics.jsonl.gz         the same log of a finished run, gzip-compressed for committing (`archive_metrics`,
+                             `mecheval archive-logs`; a quarter of the size); read like metrics.jsonl
     checkpoint.safetensors   training state while the run is unfinished (removed once it finishes)
     model.safetensors        final weights
     summary.json             final accuracy per split, steps, wall time, tokens/s, versions (last file)
@@ -13,19 +15,21 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import torch
 import yaml
 
-from mecheval.common import atomic_write_text
+from mecheval.common import atomic_write_bytes, atomic_write_text
 from mecheval.training.checkpoint import CheckpointError, load_weights, read_tensors
 from mecheval.training.config import ConfigError, TrainConfig, validate_config
 
 CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
     "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
 )
+METRICS_ARCHIVE = METRICS + ".gz"
 SNAPSHOTS = "snapshots"
 
 
@@ -86,8 +90,13 @@ class RunDir:
         other unreadable line is an error naming it."""
         path = self.path / METRICS
         if not path.exists():
-            return []
-        lines = path.read_text().splitlines()
+            path = self.path / METRICS_ARCHIVE
+            if not path.exists():
+                return []
+        try:
+            lines = (gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()).decode().splitlines()
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: unreadable ({e})") from None
         records = []
         for i, line in enumerate(lines, 1):
             try:
@@ -107,6 +116,23 @@ class RunDir:
             return
         records = self.read_metrics(max_step)
         atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records))
+
+
+    def archive_metrics(self) -> bool:
+        """Replaces a finished run's metrics.jsonl by metrics.jsonl.gz holding the same bytes (checked before the
+        plain file goes). False when there is no plain log; ValueError for a run that is not finished (its
+        log still grows)."""
+        plain = self.path / METRICS
+        if not plain.exists():
+            return False
+        if not self.finished:
+            raise ValueError(f"{self.path}: not finished (no {SUMMARY}); only a finished run's log is archived")
+        data = plain.read_bytes()
+        atomic_write_bytes(self.path / METRICS_ARCHIVE, gzip.compress(data, compresslevel=9, mtime=0))
+        if gzip.decompress((self.path / METRICS_ARCHIVE).read_bytes()) != data:
+            raise OSError(f"{self.path / METRICS_ARCHIVE}: does not read back as {plain}; the plain log is kept")
+        plain.unlink()
+        return True
 
 
 def _load_checked(lm, path: Path, fingerprint: str, config: Path) -> None:

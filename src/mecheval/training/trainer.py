@@ -33,7 +33,9 @@ from mecheval.training.data import TrainStream, derive_seed, eval_sets
 from mecheval.training.lock import DirLock
 from mecheval.training.loggers import open_loggers
 from mecheval.training.optimizer import adamw
-from mecheval.training.run_dir import CHECKPOINT, CONFIG, METRICS, MODEL, SUMMARY, WORKER, RunDir, snapshot_name
+from mecheval.training.run_dir import (
+    CHECKPOINT, CONFIG, METRICS, METRICS_ARCHIVE, MODEL, SUMMARY, WORKER, RunDir, snapshot_name,
+)
 from mecheval.training.schedule import lr_at
 
 
@@ -110,7 +112,7 @@ def _check_same_run(run: RunDir, cfg: TrainConfig) -> None:
 
 def _check_no_foreign_files(run: RunDir) -> None:
     """A directory without config.yaml must not hold files a run would write (they are not ours)."""
-    found = [n for n in (METRICS, MODEL, CHECKPOINT, SUMMARY) if (run / n).exists()]
+    found = [n for n in (METRICS, METRICS_ARCHIVE, MODEL, CHECKPOINT, SUMMARY) if (run / n).exists()]
     if found:
         raise RunExistsError(f"{run.path} holds {', '.join(found)} but no {CONFIG}: not a mecheval run; choose another --out")
 
