@@ -24,9 +24,9 @@ the GPU kernel recomputes them), then a reverse pass carries g_t = ∂L/∂h_t:
 
 Sums over channel groups (∂B, ∂C) and over batch (∂A, ∂D) go to per-item partials reduced with torch
 afterwards, so items never write to the same memory. CPU, float32 or float64; IEEE arithmetic
-except that a * b + c may be fused into one FMA (fastmath "contract": rounded once, not twice); float32 exp
-is `_exp`, its polynomial in FMAs too; the dot products over a block's
-lanes (∂B, ∂C) are summed in vector lanes (`_dot`).
+except that a * b + c may be fused into one FMA (fastmath "contract": rounded once, not twice); float32
+exp is `_exp`, its polynomial in FMAs too; the dot products over a block's lanes (∂B, ∂C) are summed in
+vector lanes (`_dot`).
 """
 
 from __future__ import annotations
