@@ -54,16 +54,14 @@ def archive_logs(
 ) -> None:
     """Compress metrics.jsonl of every finished run under DIRECTORY to metrics.jsonl.gz (every reader takes
     either; a quarter of the size). Unfinished runs are left as they are: their logs still grow."""
-    from mecheval.training.run_dir import CONFIG, METRICS, RunDir
+    from mecheval.training.run_dir import CONFIG, RunDir
 
     archived, unfinished = 0, []
     for config in sorted(directory.rglob(CONFIG)):
         run = RunDir(config.parent)
-        if not (run / METRICS).exists():
-            continue
-        if run.finished:
+        try:
             archived += run.archive_metrics()
-        else:
+        except ValueError:  # not finished
             unfinished.append(str(run.path))
     typer.echo(f"archived the logs of {archived} finished run(s) under {directory}")
     for path in unfinished:

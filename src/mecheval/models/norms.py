@@ -10,8 +10,5 @@ from mecheval.models.ops.dispatch import rms_norm
 
 
 class RMSNorm(nn.RMSNorm):
-    def __init__(self, d: int, eps: float | None = None) -> None:
-        super().__init__(d, eps=eps)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., d]
         return rms_norm(x, self.weight, torch.finfo(x.dtype).eps if self.eps is None else self.eps)

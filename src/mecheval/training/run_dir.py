@@ -117,7 +117,6 @@ class RunDir:
         records = self.read_metrics(max_step)
         atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records))
 
-
     def archive_metrics(self) -> bool:
         """Replaces a finished run's metrics.jsonl by metrics.jsonl.gz holding the same bytes (checked before the
         plain file goes). False when there is no plain log; ValueError for a run that is not finished (its
