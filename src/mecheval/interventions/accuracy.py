@@ -15,17 +15,20 @@ import torch
 
 from mecheval.interventions.artefact import key_distance
 from mecheval.interventions.metrics import accuracy_interval
+from mecheval.interventions.patching import LENGTH_GROUPS
 from mecheval.models.lm import LM
 from mecheval.tasks import Batch
 
 
 @torch.no_grad()
 def accuracy(lm: LM, batch: Batch) -> tuple[int, int]:
-    """(correct answers, answers) of the model on the batch."""
-    pos = batch.answer_pos if batch.answer_pos.dim() == 2 else batch.answer_pos[:, None]
-    answer = batch.answer if batch.answer.dim() == 2 else batch.answer[:, None]
-    correct = (lm(batch.tokens, positions=pos).argmax(-1) == answer).sum()
-    return int(correct), answer.numel()
+    """(correct answers, answers) of the model on the batch (run in groups of similar length)."""
+    correct = 0
+    for _, group in batch.by_length(LENGTH_GROUPS):
+        pos = group.answer_pos if group.answer_pos.dim() == 2 else group.answer_pos[:, None]
+        answer = group.answer if group.answer.dim() == 2 else group.answer[:, None]
+        correct += int((lm(group.tokens, positions=pos).argmax(-1) == answer).sum())
+    return correct, batch.answer.numel()
 
 
 def accuracy_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:

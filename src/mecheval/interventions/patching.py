@@ -12,8 +12,9 @@ from mecheval.interventions.engine import Cell, patch_cells, resolve_sites
 from mecheval.interventions.gradient import gradient_cells
 from mecheval.interventions.metrics import DIRECTIONS, attribution, bootstrap_attribution
 from mecheval.models.lm import LM
-from mecheval.tasks import Batch, Task
+from mecheval.tasks import Batch, Task, length_groups
 
+LENGTH_GROUPS = 4  # default length groups of an intervention batch (ATR pads to ~3x its tokens; AR stays one group)
 METHODS = {"exact": patch_cells, "gradient": gradient_cells}  # exact patching; attribution patching (estimate)
 
 
@@ -32,6 +33,7 @@ def interchange(
     n_boot: int = 1000,
     subsets: Mapping[str, torch.Tensor] | None = None,
     method: str = "exact",
+    length_groups: int = LENGTH_GROUPS,
 ) -> pd.DataFrame:
     """Patch each (site, role position) cell between `batch` and `task.corrupt(batch, corrupt, seed)`.
 
@@ -45,7 +47,8 @@ def interchange(
     same patched runs; e.g. `artefact.subsets`); default one subset "all".
     method: "exact" (one patched run per cell) or "gradient" (attribution patching: every cell's
     first-order estimate from one forward per input and one backward; `gradient.gradient_cells`);
-    the column `method` says which.
+    the column `method` says which. length_groups: the examples run in up to that many groups of
+    similar length, each at its own length (`tasks.length_groups`; the same scores as one padded batch).
     """
     positions = list(batch.roles) if positions is None else list(positions)
     missing = [p for p in positions if p not in batch.roles]
@@ -54,7 +57,7 @@ def interchange(
     return interchange_at(
         lm, task, batch, corrupt, sites, {p: batch.roles[p] for p in positions},
         seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, subsets=subsets,
-        method=method,
+        method=method, length_groups=length_groups,
     )
 
 
@@ -83,7 +86,7 @@ def patch_all_positions(
 
 def interchange_at(
     lm, task, batch, corrupt, sites, where: Mapping[str, torch.Tensor], *, seed=0, per_example=False,
-    direction="sufficiency", chunk=None, n_boot=1000, subsets=None, method="exact",
+    direction="sufficiency", chunk=None, n_boot=1000, subsets=None, method="exact", length_groups=LENGTH_GROUPS,
 ) -> pd.DataFrame:
     """`interchange` at arbitrary positions: where[key] = positions [B] (or [B, K], patched together);
     the `position` column holds the keys."""
@@ -98,7 +101,7 @@ def interchange_at(
     was_training = lm.training
     lm.eval()
     try:
-        r = METHODS[method](lm, base, source, cells, where, batch.answer, batch.answer_pos, chunk=chunk)
+        r = _scores_by_length(METHODS[method], lm, base, source, cells, where, batch, chunk, length_groups)
     finally:
         lm.train(was_training)
     clean_key, corrupt_key = ("source", "base") if direction == "sufficiency" else ("base", "source")
@@ -129,6 +132,22 @@ def interchange_at(
             part = {k: v[..., keep] for k, v in scores.items()}
             parts.append(_summary(ids, part, direction, n_boot, seed).assign(subset=name))
     return pd.concat(parts, ignore_index=True)
+
+
+def _scores_by_length(fn, lm, base, source, cells, where, batch: Batch, chunk, groups: int) -> dict[str, torch.Tensor]:
+    """`fn`'s scores (`engine.patch_cells`'s keys: [B] or [C, B]), computed per length group of `batch`, each
+    group cut to its longest sequence (or its last patched position) and the scores put back in row order."""
+    parts = []
+    for rows in length_groups(batch.lengths, groups):
+        sub = {k: v[rows] for k, v in where.items()}
+        T = max(int(batch.lengths[rows].max()), *(int(v.max()) + 1 for v in sub.values()))
+        r = fn(lm, base[rows, :T], source[rows, :T], cells, sub, batch.answer[rows], batch.answer_pos[rows], chunk=chunk)
+        parts.append((rows.cpu(), r))
+    out = {k: torch.empty(*v.shape[:-1], len(batch), dtype=v.dtype) for k, v in parts[0][1].items()}
+    for rows, r in parts:
+        for k, v in r.items():
+            out[k][..., rows] = v
+    return out
 
 
 def _summary(ids: pd.DataFrame, s: dict[str, np.ndarray], direction: str, n_boot: int, seed: int) -> pd.DataFrame:

@@ -69,6 +69,8 @@ class Study:
     analyses: tuple[str, ...] = ()  # extra readouts of `intervene_run` (e.g. "conv-window")
     findings: tuple[str, ...] = ()  # ids of `mecheval.report.findings.FINDINGS` checked in the report
     cpu_measured: str = "not timed yet"  # how long the cpu scale took here, and on what
+    # the paper scale's `length_groups` (its ATR batches pad to ~3x their tokens; benchmarks/length_groups.py)
+    paper_length_groups: int = 1
 
     def sweep(
         self,
@@ -103,6 +105,8 @@ class Study:
             raise ValueError("train_order applies to the paper scale's fixed training set (the cpu scale draws fresh data)")
         if paper:
             base["train_order"] = train_order or PAPER_TRAIN_ORDER
+            if self.paper_length_groups != 1:
+                base["length_groups"] = self.paper_length_groups
         points = self.archs if paper else self.cpu_archs or self.archs
         if archs is not None:
             points = _select_archs(points, archs, self.name)
@@ -147,6 +151,9 @@ SCALES = ("cpu", "paper")
 TIMELINE_EXAMPLES = 256  # examples of the readouts at each snapshot (the final readout uses the study's n)
 AR_STEPS = (50_016, 3_000)
 ATR_STEPS = (100_032, 3_000)  # ATR: the same data sizes as AR but 32 epochs
+# ATR's paper-scale length groups, measured (benchmarks/length_groups.py, Mamba, d = 64, batch 32): easy 1.36x
+# the padded step with 2 groups, 1.31x with 3, 1.28x with 4; medium 2.11x / 2.55x / 2.38x
+ATR_EASY_LENGTH_GROUPS, ATR_LENGTH_GROUPS = 2, 3
 
 STUDIES: dict[str, Study] = {
     s.name: s
@@ -194,7 +201,7 @@ STUDIES: dict[str, Study] = {
             description="The three published grammars × the zoo on ATR, with interventions.",
             cpu_drops="the easy grammar only, one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
             task={"name": "atr", "params": {}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
-            archs=[_arch(a) for a in ZOO], steps=ATR_STEPS, min_effect=0.1,
+            archs=[_arch(a) for a in ZOO], steps=ATR_STEPS, min_effect=0.1, paper_length_groups=ATR_LENGTH_GROUPS,
             paper_grid={"task.params.grammar": ATR_GRAMMARS}, findings=("atr_mamba_vs_attention", "atr_storage"),
         ),
         Study(
@@ -206,7 +213,7 @@ STUDIES: dict[str, Study] = {
             task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
             cpu_task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
             archs=[_arch(a) for a in ZOO], cpu_archs=[_arch(a) for a in ("attention", "based", "mamba")],
-            steps=ATR_STEPS, min_effect=0.1,
+            steps=ATR_STEPS, min_effect=0.1, paper_length_groups=ATR_EASY_LENGTH_GROUPS,
             base={"eval.splits": ["train", "test", "heldout"]},
         ),
         Study(
@@ -216,6 +223,7 @@ STUDIES: dict[str, Study] = {
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
             task={"name": "atr", "params": {"grammar": "easy"}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
             archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)], steps=ATR_STEPS, min_effect=0.1,
+            paper_length_groups=ATR_EASY_LENGTH_GROUPS,
             findings=("atr_mamba_vs_attention", "atr_mamba_noconv_induction"),
         ),
     ]

@@ -1,7 +1,7 @@
 """Synthetic retrieval tasks with known structure: `make_task(name, **params) -> Task`."""
 
 from mecheval.tasks.base import Task
-from mecheval.tasks.batch import Batch
+from mecheval.tasks.batch import Batch, length_groups
 from mecheval.tasks.registry import TASKS, make_task
 
-__all__ = ["Batch", "Task", "TASKS", "make_task"]
+__all__ = ["Batch", "Task", "TASKS", "length_groups", "make_task"]

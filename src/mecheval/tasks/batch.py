@@ -57,3 +57,56 @@ class Batch:
         if tokens.shape != self.tokens.shape:
             raise ValueError(f"tokens shape {tuple(tokens.shape)} != {tuple(self.tokens.shape)}")
         return replace(self, tokens=tokens)
+
+    def trimmed(self, length: int | None = None) -> "Batch":
+        """The batch cut to `length` columns (default: its longest sequence). Extras with a time axis
+        ([B, T, …]) are cut with the tokens; every mixer is causal and padding is on the right, so the
+        outputs at positions < length are those of the padded batch."""
+        T = self.tokens.shape[1]
+        length = int(self.lengths.max()) if length is None else length
+        if not 0 < length <= T:
+            raise ValueError(f"cannot trim a batch of length {T} to {length}")
+        cut = lambda x: x[:, :length] if x.dim() >= 2 and x.shape[1] == T else x  # noqa: E731
+        return replace(self, tokens=self.tokens[:, :length], extra={k: cut(v) for k, v in self.extra.items()})
+
+    def by_length(self, n: int) -> list[tuple[torch.Tensor, "Batch"]]:
+        """(rows, sub-batch of those rows cut to its longest) for each of at most `n` groups of similar
+        length (`length_groups`); together they hold every example once."""
+        return [(rows, self.select(rows).trimmed()) for rows in length_groups(self.lengths, n)]
+
+
+def length_groups(lengths: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Row indices of at most `n` groups of similar length that together cover the batch.
+
+    lengths [B] -> LongTensors of rows, shortest group first. The split points minimise the padded
+    tokens Σ_g |g| · (longest in g), exactly (dynamic programming over the sorted lengths, cutting only
+    where the length changes); fewer groups are kept where more would not save a token, so a batch of
+    one length (AR) stays one group.
+    """
+    if n < 1:
+        raise ValueError(f"length_groups must be >= 1, got {n}")
+    order = torch.argsort(lengths, stable=True)
+    ls = lengths[order].tolist()
+    bounds = [0, *(i for i in range(1, len(ls)) if ls[i] != ls[i - 1]), len(ls)]
+    m = len(bounds) - 1
+    cost = lambda i, j: (bounds[j] - bounds[i]) * ls[bounds[j] - 1]  # noqa: E731  rows of runs i..j-1, padded
+    # best[j]: least tokens for the first j runs in at most k groups (k grows each pass); back[k][j]: where
+    # the last group starts, or None where k - 1 groups do as well
+    best = [0] + [cost(0, j) for j in range(1, m + 1)]
+    back: list[list[int | None]] = [[0] * (m + 1)]
+    for _ in range(1, min(n, m)):
+        new, arg = best[:1], [None]
+        for j in range(1, m + 1):
+            c, i = min((best[i] + cost(i, j), i) for i in range(1, j)) if j > 1 else (best[j], None)
+            new.append(min(c, best[j]))
+            arg.append(i if c < best[j] else None)
+        best = new
+        back.append(arg)
+    groups, j = [], m
+    for arg in reversed(back):
+        i = arg[j]
+        if i is None:
+            continue
+        groups.append(order[bounds[i]:bounds[j]])
+        j = i
+    return groups[::-1]

@@ -120,6 +120,10 @@ class TrainConfig(_Strict):
     train_order: Literal["shuffle", "replay"] = Field(
         "shuffle", description="the pool's order per epoch: a new permutation, or the same order every epoch (the study's)"
     )
+    length_groups: int = Field(
+        1, ge=1, description="each batch computed as up to this many groups of similar length, each at its own "
+        "length, gradients accumulated (the same update as the padded batch, 1); evaluation likewise",
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig)
     early_stop: EarlyStop | None = None
     log_every: int = Field(10, gt=0)
@@ -165,7 +169,7 @@ class TrainConfig(_Strict):
 
 NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers"}
 # field (dotted) -> the default that earlier runs trained with
-ADDED_LATER = {"train_order": "shuffle", "model.norm_eps": None, "model.final_norm_bias": False, "model.build": "mecheval"}
+ADDED_LATER = {"train_order": "shuffle", "length_groups": 1, "model.norm_eps": None, "model.final_norm_bias": False, "model.build": "mecheval"}
 
 
 def _without_later_defaults(identity: dict, prefix: str = "") -> dict:

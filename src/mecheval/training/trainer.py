@@ -85,16 +85,33 @@ def answer_logits(lm: LM, batch: Batch, amp: bool) -> torch.Tensor:
     return logits.float()
 
 
+def backward(lm: LM, batch: Batch, groups: int, amp: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accumulates into the parameters' .grad the gradient of the batch's mean answer cross-entropy,
+    computed over at most `groups` length groups, each at its own length (`Batch.by_length`): the
+    gradient of the padded batch, for the cost of its tokens. Returns (mean loss, correct answers), detached."""
+    n = batch.answer.numel()
+    total, correct = torch.zeros((), device=batch.tokens.device), torch.zeros((), dtype=torch.long, device=batch.tokens.device)
+    for _, group in batch.by_length(groups):
+        logits = answer_logits(lm, group, amp)
+        loss = F.cross_entropy(logits.flatten(0, -2), group.answer.flatten(), reduction="sum") / n
+        loss.backward()
+        total += loss.detach()
+        correct += (logits.detach().argmax(-1) == group.answer).sum()
+    return total, correct
+
+
 @torch.no_grad()
-def evaluate(lm: LM, batch: Batch, chunk: int, amp: bool) -> dict[str, float]:
-    """Accuracy (argmax at answer_pos) and mean answer cross-entropy over `batch`."""
+def evaluate(lm: LM, batch: Batch, chunk: int, amp: bool, groups: int = 1) -> dict[str, float]:
+    """Accuracy (argmax at answer_pos) and mean answer cross-entropy over `batch`, computed in chunks of
+    `chunk` examples within each of `groups` length groups."""
     lm.eval()
     loss, correct = torch.zeros((), device=batch.tokens.device), torch.zeros((), dtype=torch.long, device=batch.tokens.device)
-    for start in range(0, len(batch), chunk):
-        part = batch.select(slice(start, start + chunk))
-        logits = answer_logits(lm, part, amp)
-        loss += F.cross_entropy(logits.flatten(0, -2), part.answer.flatten(), reduction="sum")
-        correct += (logits.argmax(-1) == part.answer).sum()
+    for _, group in batch.by_length(groups):
+        for start in range(0, len(group), chunk):
+            part = group.select(slice(start, start + chunk)).trimmed()
+            logits = answer_logits(lm, part, amp)
+            loss += F.cross_entropy(logits.flatten(0, -2), part.answer.flatten(), reduction="sum")
+            correct += (logits.argmax(-1) == part.answer).sum()
     lm.train()
     n = batch.answer.numel()
     return {"acc": correct.item() / n, "loss": loss.item() / n}
@@ -187,15 +204,13 @@ class Trainer:
         lr = lr_at(self.step, self.cfg.steps, self.cfg.optim)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        logits = answer_logits(self.lm, batch, self.amp)
-        loss = F.cross_entropy(logits.flatten(0, -2), batch.answer.flatten())
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, correct = backward(self.lm, batch, self.cfg.length_groups, self.amp)
         self.opt.step()
         self.step += 1
         a = self.accum
-        a["loss"] += loss.detach()
-        a["correct"] += (logits.detach().argmax(-1) == batch.answer).sum()
+        a["loss"] += loss
+        a["correct"] += correct
         a["count"] += batch.answer.numel()
         a["steps"] += 1
 
@@ -213,7 +228,7 @@ class Trainer:
             "tokens": self.tokens,
         }
         if self.due(self.cfg.eval.every):
-            rec["eval"] = {split: evaluate(self.lm, b, self.cfg.eval.batch_size, self.amp) for split, b in self.evals.items()}
+            rec["eval"] = {split: evaluate(self.lm, b, self.cfg.eval.batch_size, self.amp, self.cfg.length_groups) for split, b in self.evals.items()}
         rec["time"] = {"wall_s": self.wall_s, "tokens_per_s": tokens_per_s}
         self.accum = self._zero_accum()
         return rec
