@@ -133,3 +133,63 @@ def test_tap_ablation_has_one_row_per_layer_set_and_lag(ar_task, batch):
                                                   ("1", ">=1"), ("1", "1")}
     one = conv_binding_lm(ar_task.vocab_size, n_layers=1)
     assert set(zip(*conv_ablation(one, batch)[["layers", "lags"]].T.values)) == {("none", "none"), ("0", ">=1"), ("0", "1")}
+
+
+def _with_intervals(df: pd.DataFrame, half: float, joint: tuple[float, float, float] | None = None) -> pd.DataFrame:
+    """The synthetic table with intervals attrib ± half, and optionally a joint key&query row (point, lo, hi)."""
+    df = df.assign(attrib_lo=df["attrib"] - half, attrib_hi=df["attrib"] + half)
+    if joint is not None:
+        row = df.iloc[[0]].assign(position="key&query", attrib=joint[0], attrib_lo=joint[1], attrib_hi=joint[2])
+        df = pd.concat([df, row], ignore_index=True)
+    return df
+
+
+@pytest.mark.parametrize(
+    "attribs, half, label",
+    [
+        ((0.0, 0.83, 0.05), 0.02, "induction"),  # [0.81, 0.85] clears 0.8
+        ((0.0, 0.83, 0.05), 0.05, "inconclusive"),  # [0.78, 0.88] straddles 0.8
+        ((0.0, 0.77, 0.05), 0.05, "inconclusive"),  # a point estimate below 0.8 whose interval reaches it
+        ((0.0, 0.70, 0.05), 0.05, "mixed"),  # [0.65, 0.75]: decidedly below
+    ],
+)
+def test_labels_are_decided_by_intervals(attribs, half, label):
+    v = mechanism(_with_intervals(_synthetic(*attribs), half))
+    assert v.label == label
+    if label == "inconclusive":
+        assert "straddles" in v.detail and "@value" in v.detail
+
+
+def test_direct_retrieval_reads_the_joint_key_and_query_patch():
+    singles = _with_intervals(_synthetic(0.42, 0.0, 0.39), 0.03)  # the sum 0.81, the intervals' sum [0.75, 0.87]
+    assert mechanism(singles).label == "inconclusive"
+    v = mechanism(_with_intervals(_synthetic(0.42, 0.0, 0.39), 0.03, joint=(0.9, 0.85, 0.95)))
+    assert v.label == "direct retrieval" and v.attrib_joint == 0.9 and "@key&query 0.90 [0.85, 0.95]" in v.detail
+    assert mechanism(_with_intervals(_synthetic(0.42, 0.0, 0.39), 0.03, joint=(0.7, 0.65, 0.75))).label == "mixed"
+
+
+def test_the_published_mamba_reading_that_flipped_is_inconclusive():
+    """make run's Mamba: @key 0.42 + @query 0.31 = 0.73 (printed `mixed`), the same seed at other rounding
+    0.804 (`direct retrieval`): with intervals of ±0.06 on ~250 examples neither label is decided."""
+    for key, query in ((0.42, 0.31), (0.45, 0.354)):
+        assert mechanism(_with_intervals(_synthetic(key, 0.0, query), 0.06)).label == "inconclusive"
+
+
+def test_not_learned_is_decided_by_the_effects_interval():
+    df = _synthetic(0, 1, 0, p_clean=0.105, p_corrupt=0.1)
+    assert mechanism(df.assign(effect_lo=0.001, effect_hi=0.009)).label == "not learned"
+    assert mechanism(df.assign(effect_lo=0.002, effect_hi=0.02)).label == "inconclusive"
+    assert mechanism(_with_intervals(_synthetic(0, 0.95, 0.0), 0.02).assign(effect_lo=0.5, effect_hi=0.9)).label == "induction"
+
+
+def test_interchange_patches_joined_roles_together(ar_task, batch):
+    """`key&query` patches both positions in one cell: on the key-binding model (@key ≈ 1 alone) the joint
+    cell restores as much as the key alone, and has its own interval."""
+    lm = conv_binding_lm(ar_task.vocab_size)
+    df = interchange(lm, ar_task, batch, "key", ["layers.1.resid_pre"], ["key", "query", "key&query"], seed=3)
+    at = df.set_index("position")
+    assert at.at["key&query", "attrib"] == pytest.approx(at.at["key", "attrib"], abs=0.05)
+    assert at.at["key&query", "attrib_lo"] <= at.at["key&query", "attrib"] <= at.at["key&query", "attrib_hi"]
+    assert (df["effect_lo"] <= df["effect_hi"]).all()
+    with pytest.raises(ValueError, match="not roles"):
+        interchange(lm, ar_task, batch, "key", ["resid_pre"], ["key&nowhere"])

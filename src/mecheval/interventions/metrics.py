@@ -49,6 +49,16 @@ def bootstrap_attribution(
     return lo, hi
 
 
+def bootstrap_difference(a: np.ndarray, b: np.ndarray, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(a) − mean(b) over paired examples a, b [B] (the resamples of
+    `bootstrap_attribution` with the same seed)."""
+    B = a.shape[0]
+    w = np.random.default_rng(seed).multinomial(B, np.full(B, 1.0 / B), size=n_boot) / B
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(w @ (a - b), [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
 def accuracy_interval(correct: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (accuracy over n examples); (nan, nan) for n = 0."""
     if n == 0:

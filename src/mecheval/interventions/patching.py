@@ -10,10 +10,11 @@ import torch
 
 from mecheval.interventions.engine import Cell, patch_cells, resolve_sites
 from mecheval.interventions.gradient import gradient_cells
-from mecheval.interventions.metrics import DIRECTIONS, attribution, bootstrap_attribution
+from mecheval.interventions.metrics import DIRECTIONS, attribution, bootstrap_attribution, bootstrap_difference
 from mecheval.models.lm import LM
 from mecheval.tasks import Batch, Task, length_groups
 
+JOINED = "&"  # `key&query`: one cell patching both roles' positions together
 LENGTH_GROUPS = 4  # default length groups of an intervention batch (ATR pads to ~3x its tokens; AR stays one group)
 METHODS = {"exact": patch_cells, "gradient": gradient_cells}  # exact patching; attribution patching (estimate)
 
@@ -38,7 +39,7 @@ def interchange(
     """Patch each (site, role position) cell between `batch` and `task.corrupt(batch, corrupt, seed)`.
 
     sites: names or globs (`layers.*.resid_pre`, or a bare kind `resid_pre`); positions: role names
-    of `batch.roles` (default: all). direction "sufficiency" runs the corrupted input with the clean
+    of `batch.roles` (default: all); a name joining roles with "&" (`key&query`) patches them together. direction "sufficiency" runs the corrupted input with the clean
     activation patched in, "necessity" the reverse. Returns one row per (layer, site, position) with
     `p_clean`, `p_corrupt`, `p_patched` (means over examples), `attrib` with its bootstrap interval
     `attrib_lo`/`attrib_hi` (95%, `n_boot` resamples), the same for logits (`logit_*`) and `n`;
@@ -51,11 +52,12 @@ def interchange(
     similar length, each at its own length (`tasks.length_groups`; the same scores as one padded batch).
     """
     positions = list(batch.roles) if positions is None else list(positions)
-    missing = [p for p in positions if p not in batch.roles]
+    missing = [r for p in positions for r in p.split(JOINED) if r not in batch.roles]
     if missing:
         raise ValueError(f"positions {missing} are not roles of this batch; known: {list(batch.roles)}")
+    where = {p: torch.stack([batch.roles[r] for r in p.split(JOINED)], -1).flatten(1) for p in positions}
     return interchange_at(
-        lm, task, batch, corrupt, sites, {p: batch.roles[p] for p in positions},
+        lm, task, batch, corrupt, sites, {p: w if JOINED in p else batch.roles[p] for p, w in where.items()},
         seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, subsets=subsets,
         method=method, length_groups=length_groups,
     )
@@ -162,6 +164,7 @@ def _summary(ids: pd.DataFrame, s: dict[str, np.ndarray], direction: str, n_boot
     df["attrib_lo"], df["attrib_hi"] = bootstrap_attribution(
         s["p_patched"], s["p_clean"], s["p_corrupt"], direction, n_boot=n_boot, seed=seed
     )
+    df["effect_lo"], df["effect_hi"] = bootstrap_difference(s["p_clean"], s["p_corrupt"], n_boot=n_boot, seed=seed)
     return df
 
 

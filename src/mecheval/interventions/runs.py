@@ -24,7 +24,7 @@ from mecheval.interventions.conv_window import conv_ablation, conv_window
 from mecheval.interventions.patching import interchange
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
 from mecheval.interventions.state_readout import state_curve, state_sites
-from mecheval.interventions.verdict import NothingToRead, Verdict, mechanism
+from mecheval.interventions.verdict import JOINT, NothingToRead, Verdict, mechanism
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
 
@@ -99,12 +99,12 @@ def intervene_run(
         sites = present_sites(list(lm.sites()), sites)
     batch = task.sample(n, seed=seed, split=split)
     masks = subsets(lm, batch)
-    df = pd.concat(
-        [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks,
-                     method=method)
-         for role in corrupt],
-        ignore_index=True,
-    )
+    tables = [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks,
+                          method=method) for role in corrupt]
+    # the key and query patched together at every block input: what the direct-retrieval rule reads
+    tables.append(interchange(lm, task, batch, corrupt[0], ["resid_pre"], [JOINT], seed=seed, direction=direction,
+                              subsets=masks, method=method))
+    df = pd.concat(tables, ignore_index=True)
     df.to_parquet(run_dir / "interventions.parquet", index=False)
     accuracy_table(lm, batch, masks).to_parquet(run_dir / "accuracy.parquet", index=False)
     window = None

@@ -12,17 +12,25 @@ positions (sufficiency direction) at the *read point*:
                     embedding and the answer (the embedding itself would give @key = 1 by construction)
 Rows of subset `outside` (examples whose queried pair the answer cannot reach through short convs
 alone, `artefact.py`) are read where the table has them.
+Every comparison below is decided by the 95% bootstrap interval of the quantity it compares, never by
+its point estimate: "x >= t" holds where the interval lies at or above t, fails where it lies below, and
+is undecided where it straddles t. A label holds where its comparisons all hold; `inconclusive` where the
+data decide neither it nor its failure (the detail names the interval that straddles).
     not learned       effect = p_clean − p_corrupt <= min_effect (the study drops such runs:
                       0.01 on AR, 0.1 on ATR)
     induction         attrib@value >= high and attrib@query <= low: the association is stored at the
                       value position and read out by the last layer
-    direct retrieval  attrib@value <= low and attrib@query + attrib@key >= high. The study counts two
-                      readings under this label, which `detail` separates:
+    direct retrieval  attrib@value <= low and the key and query side >= high. The key and query side is
+                      the key and the query patched together (position `key&query`) where the table has
+                      it (singles do not add up: a key's information sits in more than one position);
+                      else the published sum attrib@query + attrib@key, with the sum of the two intervals.
+                      The study counts two readings under this label, which `detail` separates:
                         @query >= @key  the answer is already at the query before the read point;
                         @key > @query   the layer after the read point combines key and value itself
                                         (for a conv mixer: inside its short conv window, named from
                                         the conv-window table where one is given)
-    mixed             anything else
+    mixed             every label above decidedly fails
+    inconclusive      neither a label nor the failure of every label is decided
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ import pandas as pd
 
 from mecheval.interventions.conv_window import best_cell
 
-LABELS = ("induction", "direct retrieval", "mixed", "not learned")
+LABELS = ("induction", "direct retrieval", "mixed", "not learned", "inconclusive")
+JOINT = "key&query"  # the joint key-and-query patch the direct-retrieval rule reads where present
 HIGH, LOW = 0.8, 0.2  # default attribution thresholds: "high" at or above HIGH, "low" below LOW
 ROLES = ("key", "value", "query")
 FORMED = 0.5  # a conv-window cell restoring at least this much is where the association is formed
@@ -59,13 +68,17 @@ class Verdict:
     interval_key: tuple[float, float] = (math.nan, math.nan)  # 95% bootstrap intervals
     interval_value: tuple[float, float] = (math.nan, math.nan)
     interval_query: tuple[float, float] = (math.nan, math.nan)
+    interval_effect: tuple[float, float] = (math.nan, math.nan)
+    attrib_joint: float = math.nan  # the key and query patched together (JOINT), where read
+    interval_joint: tuple[float, float] = (math.nan, math.nan)
 
     def as_row(self) -> dict:
         row = {k: v for k, v in asdict(self).items() if not k.startswith(("attrib_", "interval_", "label"))}
         row["verdict"] = self.label
-        for role in ROLES:
-            row[f"attrib@{role}"] = getattr(self, f"attrib_{role}")
-            row[f"attrib@{role}_lo"], row[f"attrib@{role}_hi"] = getattr(self, f"interval_{role}")
+        for role, field in (*((r, r) for r in ROLES), (JOINT, "joint")):
+            row[f"attrib@{role}"] = getattr(self, f"attrib_{field}")
+            row[f"attrib@{role}_lo"], row[f"attrib@{role}_hi"] = getattr(self, f"interval_{field}")
+        row["effect_lo"], row["effect_hi"] = self.interval_effect
         return row
 
 
@@ -117,33 +130,99 @@ def mechanism(
     rows = rows[(rows["site"] == site) & (rows["layer"] == layer)].set_index("position")
     if rows.empty:
         raise ValueError(f"no rows for site {site!r} of layer {layer} (subset {subset!r}) in the table")
-    at = {r: float(rows.at[r, "attrib"]) if r in rows.index else math.nan for r in ROLES}
-    ci = {
-        r: (float(rows.at[r, "attrib_lo"]), float(rows.at[r, "attrib_hi"]))
-        if r in rows.index and "attrib_lo" in rows else (math.nan, math.nan)
-        for r in ROLES
-    }
+    at = {r: float(rows.at[r, "attrib"]) if r in rows.index else math.nan for r in (*ROLES, JOINT)}
+    ci = {r: _interval(rows, r) for r in (*ROLES, JOINT)}
     effect = float(rows["p_clean"].iloc[0] - rows["p_corrupt"].iloc[0])
+    effect_ci = _effect_interval(rows, effect)
     where = f"{'the input of layer' if site == 'resid_pre' else site + ' of layer'} {layer}"
-    if not effect > min_effect:
-        label, detail = "not learned", f"corrupting the key changes p(answer) by {effect:.3f} (<= {min_effect})"
-    elif at["value"] >= high and at["query"] <= low:
+    if JOINT in rows.index:
+        side, side_ci, side_name = at[JOINT], ci[JOINT], f"@{JOINT}"
+    else:
+        side, side_ci, side_name = at["key"] + at["query"], _sum(ci["key"], ci["query"]), "@key + @query"
+    tests = {  # name -> (decided: True / False / None, what it compares, with its interval)
+        "learned": _above(effect_ci, min_effect, strict=True, what=f"effect {_fmt(effect, effect_ci)} vs {min_effect}"),
+        "value high": _above(ci["value"], high, what=f"@value {_fmt(at['value'], ci['value'])} vs {high}"),
+        "query low": _below(ci["query"], low, what=f"@query {_fmt(at['query'], ci['query'])} vs {low}"),
+        "value low": _below(ci["value"], low, what=f"@value {_fmt(at['value'], ci['value'])} vs {low}"),
+        "side high": _above(side_ci, high, what=f"{side_name} {_fmt(side, side_ci)} vs {high}"),
+    }
+    rules = {"induction": ("value high", "query low"), "direct retrieval": ("value low", "side high")}
+    held = {label: _all(tests[t][0] for t in names) for label, names in rules.items()}
+    if tests["learned"][0] is False:
+        label, detail = "not learned", f"corrupting the key changes p(answer) by {_fmt(effect, effect_ci)} (<= {min_effect})"
+    elif tests["learned"][0] is None:
+        label, detail = "inconclusive", f"learned? {tests['learned'][1]}"
+    elif held["induction"]:
         label = "induction"
-        detail = f"association stored at the value by {where} (@value {at['value']:.2f})"
+        detail = f"association stored at the value by {where} (@value {_fmt(at['value'], ci['value'])})"
         detail += "".join(_conv_detail(conv_window, i, f", formed in layer {i}'s") for i in range(layer))
-    elif at["value"] <= low and at["query"] + at["key"] >= high:
+    elif held["direct retrieval"]:
         label = "direct retrieval"
         if at["query"] >= at["key"]:
-            detail = f"answer already at the query by {where} (@query {at['query']:.2f})"
+            detail = f"answer already at the query by {where} (@query {_fmt(at['query'], ci['query'])}; {tests['side high'][1]})"
         else:
-            detail = f"layer {layer} combines key and value itself (@key {at['key']:.2f} at {where})"
+            detail = f"layer {layer} combines key and value itself (@key {_fmt(at['key'], ci['key'])} at {where}; {tests['side high'][1]})"
             detail += _conv_detail(conv_window, layer, ", in its")
-    else:
+    elif all(v is False for v in held.values()):
         label = "mixed"
-        detail = ", ".join(f"@{r} {at[r]:.2f}" for r in ROLES) + f" at {where}"
+        detail = ", ".join(f"@{r} {_fmt(at[r], ci[r])}" for r in ROLES) + f" at {where}"
+    else:
+        undecided = [tests[t][1] for names in rules.values() for t in names if tests[t][0] is None]
+        label, detail = "inconclusive", f"at {where} the interval straddles the threshold: " + "; ".join(dict.fromkeys(undecided))
     n = int(rows["n"].iloc[0]) if "n" in rows else 0
-    return Verdict(label, detail, effect, layer, site, subset, n,
-                   at["key"], at["value"], at["query"], ci["key"], ci["value"], ci["query"])
+    return Verdict(label, detail, effect, layer, site, subset, n, at["key"], at["value"], at["query"],
+                   ci["key"], ci["value"], ci["query"], effect_ci, at[JOINT], ci[JOINT])
+
+
+def _interval(rows: pd.DataFrame, position: str) -> tuple[float, float]:
+    """The 95% interval of a cell's attribution; its point estimate twice where the table has no interval."""
+    if position not in rows.index:
+        return (math.nan, math.nan)
+    point = float(rows.at[position, "attrib"])
+    if "attrib_lo" not in rows or pd.isna(rows.at[position, "attrib_lo"]):
+        return (point, point)
+    return float(rows.at[position, "attrib_lo"]), float(rows.at[position, "attrib_hi"])
+
+
+def _effect_interval(rows: pd.DataFrame, effect: float) -> tuple[float, float]:
+    if "effect_lo" in rows and not pd.isna(rows["effect_lo"].iloc[0]):
+        return float(rows["effect_lo"].iloc[0]), float(rows["effect_hi"].iloc[0])
+    return effect, effect
+
+
+def _sum(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """An interval of a sum from two intervals (conservative: both hold together at >= 90%)."""
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _above(ci: tuple[float, float], t: float, what: str, strict: bool = False) -> tuple[bool | None, str]:
+    """Is the quantity >= t (> t if strict)? True / False where its interval lies on one side, None where it straddles."""
+    lo, hi = ci
+    if math.isnan(lo):
+        return None, what
+    if (lo > t) if strict else (lo >= t):
+        return True, what
+    return (False if ((hi <= t) if strict else (hi < t)) else None), what
+
+
+def _below(ci: tuple[float, float], t: float, what: str) -> tuple[bool | None, str]:
+    """Is the quantity <= t? Decided by its interval as `_above`."""
+    lo, hi = ci
+    if math.isnan(lo):
+        return None, what
+    return (True if hi <= t else False if lo > t else None), what
+
+
+def _all(decisions) -> bool | None:
+    """Three-valued and: False if any is False, else None if any is None, else True."""
+    decisions = list(decisions)
+    return False if False in decisions else None if None in decisions else True
+
+
+def _fmt(point: float, ci: tuple[float, float]) -> str:
+    if math.isnan(ci[0]) or ci[0] == ci[1] == point:
+        return f"{point:.2f}"
+    return f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
 def formed_at(conv_window: pd.DataFrame | None, layer: int) -> pd.Series | None:

@@ -105,8 +105,10 @@ def _agree(ours, theirs) -> str:
 
 
 def _mode(values: pd.Series):
-    """The most common value (ties: the first in sorted order); None where all are missing."""
-    counts = values.dropna().value_counts()
+    """The most common value (ties: the first in sorted order), counting decided verdicts only (an
+    `inconclusive` one where no seed was decided); None where all are missing."""
+    decided = values[values != "inconclusive"].dropna()
+    counts = (decided if len(decided) else values.dropna()).value_counts()
     return None if counts.empty else sorted(counts[counts == counts.max()].index)[0]
 
 

@@ -60,17 +60,25 @@ def _describe(row: pd.Series) -> str:
     return ", ".join(parts)
 
 
-def _each(archs: list[str], test: Callable[[pd.Series], bool]) -> Callable[[pd.DataFrame], Outcome]:
-    """Reproduced where every run of the named architectures passes `test`."""
+def _each(archs: list[str], test: Callable[[pd.Series], bool | None]) -> Callable[[pd.DataFrame], Outcome]:
+    """Reproduced where every run of the named architectures passes `test`; not reproduced where one
+    decidedly fails; inconclusive where none fails but one is undecided (`test` gives None: an interval
+    straddles a threshold). The evidence counts the runs of each kind."""
 
     def check(df: pd.DataFrame) -> Outcome:
         rows = df[df["arch"].isin(archs)]
         if rows.empty:
             return Outcome("not run", f"no runs of {', '.join(archs)}")
-        ok = all(test(r) for _, r in rows.iterrows())
-        return Outcome("reproduced" if ok else "not reproduced", "; ".join(_describe(r) for _, r in rows.iterrows()))
+        results = [test(r) for _, r in rows.iterrows()]
+        status = "not reproduced" if False in results else "inconclusive" if None in results else "reproduced"
+        tally = f"{results.count(True)} of {len(results)} runs pass, {results.count(None)} undecided: "
+        return Outcome(status, tally + "; ".join(_describe(r) for _, r in rows.iterrows()))
 
     return check
+
+
+def _and(a: bool | None, b: bool | None) -> bool | None:
+    return False if False in (a, b) else None if None in (a, b) else True
 
 
 def _near_chance(row: pd.Series) -> bool:
@@ -78,16 +86,28 @@ def _near_chance(row: pd.Series) -> bool:
     return not above_chance(round(acc * n), n, float(row["chance"]))
 
 
-def _high(row: pd.Series) -> bool:
-    return _accuracy(row)[0] >= HIGH_ACC
+def _high(row: pd.Series) -> bool | None:
+    """Accuracy >= HIGH_ACC, decided by its Wilson interval where the run has one (else its point estimate)."""
+    acc, _ = _accuracy(row)
+    for name in ("acc_outside", "acc_all"):
+        lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
+        if row.get(name) is not None and row.get(name) == row.get(name) and lo == lo and lo is not None:
+            return True if lo >= HIGH_ACC else False if hi < HIGH_ACC else None
+    return acc >= HIGH_ACC
 
 
-def _induction(row: pd.Series) -> bool:
-    return _high(row) and row.get("verdict") == "induction"
+def _label(row: pd.Series, label: str) -> bool | None:
+    """The run's verdict is `label` (None where it is inconclusive)."""
+    verdict = row.get("verdict")
+    return None if verdict == "inconclusive" else verdict == label
 
 
-def _direct(row: pd.Series) -> bool:
-    return _high(row) and row.get("verdict") == "direct retrieval"
+def _induction(row: pd.Series) -> bool | None:
+    return _and(_high(row), _label(row, "induction"))
+
+
+def _direct(row: pd.Series) -> bool | None:
+    return _and(_high(row), _label(row, "direct retrieval"))
 
 
 def conv_evidence(run_dir: str) -> dict | None:

@@ -24,7 +24,7 @@ from mecheval.interventions.timeline import TIMELINE, formed_at  # noqa: E402
 from mecheval.interventions.verdict import LABELS, ROLES  # noqa: E402
 from mecheval.report.figures import OKABE_ITO  # noqa: E402
 
-VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD")))
+VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD", "#F0E442")))
 
 
 def formation_steps(best: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, int | None]]:
