@@ -122,3 +122,29 @@ def test_an_unreadable_run_is_skipped_by_the_study_interventions(tiny_study, tmp
     assert meta["not_intervened"] == [bad.name]
     assert f"skipped interventions of {bad.name}" in capsys.readouterr().err
     assert report.html.exists() and not (bad / "verdict.json").exists()
+
+
+def test_verdicts_of_earlier_rules_are_decided_anew_without_retraining(tiny_study, tmp_path):
+    """A verdict.json without the current `rules` (a study made before interval-decided labels) is decided
+    again from its tables when the study is re-run; its weights and tables stay untouched."""
+    import json
+    import shutil
+
+    from mecheval.interventions.runs import VERDICT_RULES, relabel_run, verdict_is_current
+
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study[0], out)
+    verdicts = sorted(out.glob("runs/*/verdict.json"))
+    assert verdicts and all(verdict_is_current(v.parent) for v in verdicts)
+    for v in verdicts:  # as the earlier rules wrote it: a point-estimate label, no `rules`
+        row = json.loads(v.read_text())
+        v.write_text(json.dumps({k: val for k, val in row.items() if k != "rules"} | {"verdict": "mixed"}))
+    weights = {p: p.read_bytes() for p in out.glob("runs/*/model.safetensors")}
+    tables = {p: p.read_bytes() for p in out.glob("runs/*/interventions.parquet")}
+    run_study(TINY, out, workers=1, n_examples=64, quiet=True)
+    assert all(verdict_is_current(v.parent) for v in verdicts)
+    assert {p: p.read_bytes() for p in weights} == weights and {p: p.read_bytes() for p in tables} == tables
+    for v in verdicts:
+        original = json.loads((tiny_study[0] / v.relative_to(out)).read_text())
+        assert json.loads(v.read_text())["verdict"] == original["verdict"]
+        assert relabel_run(v.parent, 0.01).label == original["verdict"] and json.loads(v.read_text())["rules"] == VERDICT_RULES

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.common import atomic_write_text
+
 from mecheval.interventions.accuracy import accuracy_fields, accuracy_table
 from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import conv_ablation, conv_window
@@ -59,6 +61,47 @@ def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int 
     state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
                      title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {corrupt}, n = {len(batch)}")
     return curve
+
+
+VERDICT_RULES = 2  # verdict.json's `rules`: 2 = labels decided by intervals, the joint key&query patch (1: points)
+
+
+def read_verdict(df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float) -> Verdict | None:
+    """The verdict of an interventions table (sufficiency rows with `resid_pre`), None where it has nothing to read."""
+    if "resid_pre" not in set(df["site"]):
+        return None
+    try:
+        return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window)
+    except NothingToRead:  # a 1-layer model without a conv: nothing to read but the embedding
+        return None
+
+
+def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float) -> None:
+    """RUN_DIR/verdict.json: the verdict, the accuracy it rests on, the rules and filter that decided it."""
+    row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)
+    row |= {"rules": VERDICT_RULES, "min_effect": min_effect}
+    atomic_write_text(run_dir / "verdict.json", json.dumps(row, indent=2) + "\n")
+
+
+def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
+    """verdict.json decided anew by the current rules from the run's committed tables (interventions.parquet,
+    conv_window.parquet where present): no model is built, nothing is patched. A table without the joint
+    key&query rows is read with the published sum and its intervals' sum. None where nothing can be read."""
+    run_dir = Path(run_dir)
+    df = pd.read_parquet(run_dir / "interventions.parquet")
+    window_path = run_dir / "conv_window.parquet"
+    window = pd.read_parquet(window_path) if window_path.exists() else None
+    corrupt = str(df["corrupt"].iloc[0])
+    verdict = read_verdict(df, window, corrupt, min_effect)
+    if verdict is not None:
+        write_verdict(run_dir, verdict, min_effect)
+    return verdict
+
+
+def verdict_is_current(run_dir: Path) -> bool:
+    """verdict.json exists and was decided by the current rules."""
+    path = Path(run_dir) / "verdict.json"
+    return path.exists() and json.loads(path.read_text()).get("rules") == VERDICT_RULES
 
 
 def intervene_run(
@@ -125,16 +168,9 @@ def intervene_run(
         layer_profile(part, run_dir / "interventions" / f"{role}_profile.png", title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {role}")
     if window is not None and not window.empty:
         conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
-    readable = direction == "sufficiency" and "resid_pre" in set(df["site"])  # what the verdict reads
-    verdict = None
-    if readable:
-        try:
-            verdict = mechanism(df, corrupt=corrupt[0], min_effect=min_effect, conv_window=window)
-        except NothingToRead:  # a 1-layer model without a conv: nothing to read but the embedding
-            verdict = None
+    verdict = read_verdict(df, window, corrupt[0], min_effect) if direction == "sufficiency" else None
     if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
         write_state_readout(run_dir, lm, task, outside, corrupt[0], seed)
     if verdict is not None:
-        row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)
-        (run_dir / "verdict.json").write_text(json.dumps(row, indent=2) + "\n")
+        write_verdict(run_dir, verdict, min_effect)
     return df, verdict

@@ -98,9 +98,12 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
 
 
 def _agree(ours, theirs) -> str:
-    """agree / disagree; blank where either side has no verdict or ours did not learn the task."""
+    """agree / disagree; blank where either side has no verdict or ours did not learn the task; undecided
+    where ours is inconclusive (its intervals decide no label)."""
     if not isinstance(theirs, str) or not isinstance(ours, str) or ours == "not learned":
         return ""
+    if ours == "inconclusive":
+        return "undecided"
     return "agree" if ours == theirs else "disagree"
 
 

@@ -8,7 +8,7 @@ from rich.table import Table
 from mecheval.report.build import GRAMMAR, Report
 from mecheval.report.overview import with_interval
 
-STYLE = {"agree": "green", "disagree": "red"}
+STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
 
 
 def _num(v, fmt: str = "{:.2f}") -> str:

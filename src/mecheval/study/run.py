@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from mecheval.common import describe
-from mecheval.interventions.runs import intervene_run
+from mecheval.interventions.runs import intervene_run, relabel_run, verdict_is_current
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
@@ -70,6 +70,9 @@ def run_study(
     start = time.perf_counter()
     runs = sorted(out / RUNS / o.name for o in outcomes)
     todo = [d for d in runs if not (d / "verdict.json").exists()]
+    for run_dir in runs:  # verdicts decided by earlier rules: decided anew from their tables
+        if run_dir not in todo and not verdict_is_current(run_dir):
+            relabel_run(run_dir, study.min_effect)
     unreadable = []
     for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
         try:
@@ -99,4 +102,17 @@ def run_study(
     }
     meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"] + meta.get("timeline_s", 0.0)
     atomic_write_text(out / STUDY_JSON, json.dumps(meta, indent=2) + "\n")
+    return build_report(out)
+
+
+def relabel_study(out: str | Path) -> Report:
+    """Every intervened run of the study in `out` decided anew by the current verdict rules from its tables
+    (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained
+    or re-patched."""
+    out = Path(out)
+    meta = json.loads((out / STUDY_JSON).read_text())
+    study = get_study(meta["preset"])
+    for run_dir in sorted((out / RUNS).iterdir()):
+        if (run_dir / "interventions.parquet").exists():
+            relabel_run(run_dir, study.min_effect)
     return build_report(out)

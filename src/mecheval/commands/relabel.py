@@ -1,0 +1,24 @@
+"""`mecheval relabel STUDY_DIR`: the study's verdicts decided anew by the current rules, its report rebuilt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def relabel(
+        path: Annotated[Path, typer.Argument(help="A study directory (with study.json).", exists=True, file_okay=False)],
+    ) -> None:
+        """Re-decide every run's verdict.json from its committed tables (no training, no patching) and
+        rebuild the report; prints the summary table."""
+        from mecheval.report.terminal import print_summary
+        from mecheval.study.run import relabel_study
+
+        if not (path / "study.json").exists():
+            typer.echo(f"error: {path} has no study.json: not a study directory", err=True)
+            raise typer.Exit(2)
+        print_summary(relabel_study(path))
