@@ -1,10 +1,16 @@
-"""The receptive-field artefact: a queried pair the query sees through short convolutions alone.
+"""The receptive-field artefact: a queried pair the read point already holds at the query through short
+convolutions alone.
 
-A causal conv of kernel k lets position t read t-k+1 … t. Stacked over the layers, short convs let the
-query (the position that predicts the answer) read back `conv_reach` = Σ_i (k_i − 1) positions without
-any attention or state. When the queried key lies that close (AR: the last one or two pairs), key and
-value reach the answer position through the convs, and every readout there is trivially "at the query".
-Readouts therefore default to the examples *outside* that reach and say how many there are.
+A causal conv of kernel k lets position t read t-k+1 … t; stacked, the convs of layers 0 … L−1 let the
+query (the position that predicts the answer) read back Σ_{i<L} (k_i − 1) positions without any attention
+or state. The verdict reads the input of the last layer (L = n_layers − 1; a 1-layer model: layer 0's conv
+output, L = 1). Where the queried pair lies within that reach, key and value are already at the query
+there through the convs, and the readout is trivially "at the query". Readouts therefore default to the
+examples *outside* that reach and say how many there are.
+
+Measured (Mamba, d_conv 4, 2 layers, AR with 4 pairs; `tests/interventions/test_artefact.py`): only the
+last pair (key 3 before the query, inside layer 0's reach of 3) reads @query ≈ 1; the pair before it,
+which the reach of both layers (6) would also exclude, is the most key-side of all.
 """
 
 from __future__ import annotations
@@ -21,9 +27,15 @@ def short_convs(lm: LM) -> dict[int, ShortConv]:
     return {i: m for i, block in enumerate(lm.layers) for m in block.mixer.modules() if isinstance(m, ShortConv)}
 
 
-def conv_reach(lm: LM) -> int:
-    """How far back the answer position sees through the short convs alone: Σ_i (k_i − 1)."""
-    return sum(c.kernel_size - 1 for c in short_convs(lm).values())
+def conv_reach(lm: LM, layers: int | None = None) -> int:
+    """How far back the answer position sees through the short convs of the first `layers` layers alone
+    (default: all): Σ_{i < layers} (k_i − 1)."""
+    return sum(c.kernel_size - 1 for i, c in short_convs(lm).items() if layers is None or i < layers)
+
+
+def read_reach(lm: LM) -> int:
+    """The conv reach before the verdict's read point: the layers before the last (at least layer 0)."""
+    return conv_reach(lm, max(1, len(lm.layers) - 1))
 
 
 def key_distance(batch: Batch) -> torch.Tensor:
@@ -32,9 +44,9 @@ def key_distance(batch: Batch) -> torch.Tensor:
 
 
 def inside_reach(lm: LM, batch: Batch) -> torch.Tensor:
-    """[B] bool: the queried key (and so its value, which follows it) lies within `conv_reach` of the answer
-    (multi-query batches: of any of its answers)."""
-    inside = key_distance(batch) <= conv_reach(lm)
+    """[B] bool: the queried key lies within `read_reach` of the answer (multi-query batches: of any of its
+    answers)."""
+    inside = key_distance(batch) <= read_reach(lm)
     return inside if inside.dim() == 1 else inside.any(-1)
 
 

@@ -76,10 +76,12 @@ def read_verdict(df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, mi
         return None
 
 
-def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float) -> None:
-    """RUN_DIR/verdict.json: the verdict, the accuracy it rests on, the rules and filter that decided it."""
+def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: str = "patched") -> None:
+    """RUN_DIR/verdict.json: the verdict, the accuracy it rests on, the rules and filter that decided it, and
+    its source: "patched" (this call's tables) or "relabelled" (decided anew from earlier tables, whose
+    artefact control and cells are those of the code that patched them)."""
     row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)
-    row |= {"rules": VERDICT_RULES, "min_effect": min_effect}
+    row |= {"rules": VERDICT_RULES, "min_effect": min_effect, "source": source}
     atomic_write_text(run_dir / "verdict.json", json.dumps(row, indent=2) + "\n")
 
 
@@ -94,7 +96,7 @@ def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
     corrupt = str(df["corrupt"].iloc[0])
     verdict = read_verdict(df, window, corrupt, min_effect)
     if verdict is not None:
-        write_verdict(run_dir, verdict, min_effect)
+        write_verdict(run_dir, verdict, min_effect, source="relabelled")
     return verdict
 
 
