@@ -3,10 +3,14 @@
     subset        all / outside / inside (`artefact.subsets`), or `distance d`: examples whose queried
                   key lies d positions before the answer position (AR: d = 3 is the last pair)
     acc, acc_lo, acc_hi, n   accuracy and its Wilson 95% interval over n examples
+
+`example_table` keeps the same readout per example (examples.parquet), so that two runs intervened on the
+same examples can be compared on exactly those examples (`mecheval.report.paired`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,35 +23,65 @@ from mecheval.interventions.patching import LENGTH_GROUPS
 from mecheval.models.lm import LM
 from mecheval.tasks import Batch
 
+EXAMPLES = "examples.parquet"  # a run's `example_table`
+
 
 @torch.no_grad()
+def correct_answers(lm: LM, batch: Batch) -> torch.Tensor:
+    """[B, Q] bool: whether the model's argmax at each answer position is the answer (Q = 1 for
+    single-answer tasks); run in eval mode, in groups of similar length."""
+    out = torch.zeros(len(batch), 1 if batch.answer.dim() == 1 else batch.answer.shape[1], dtype=torch.bool)
+    was_training = lm.training
+    lm.eval()
+    try:
+        for rows, group in batch.by_length(LENGTH_GROUPS):
+            pos = group.answer_pos if group.answer_pos.dim() == 2 else group.answer_pos[:, None]
+            answer = group.answer if group.answer.dim() == 2 else group.answer[:, None]
+            out[rows] = (lm(group.tokens, positions=pos).argmax(-1) == answer).cpu()
+    finally:
+        lm.train(was_training)
+    return out
+
+
 def accuracy(lm: LM, batch: Batch) -> tuple[int, int]:
-    """(correct answers, answers) of the model on the batch (run in groups of similar length)."""
-    correct = 0
-    for _, group in batch.by_length(LENGTH_GROUPS):
-        pos = group.answer_pos if group.answer_pos.dim() == 2 else group.answer_pos[:, None]
-        answer = group.answer if group.answer.dim() == 2 else group.answer[:, None]
-        correct += int((lm(group.tokens, positions=pos).argmax(-1) == answer).sum())
-    return correct, batch.answer.numel()
+    """(correct answers, answers) of the model on the batch."""
+    return int(correct_answers(lm, batch).sum()), batch.answer.numel()
+
+
+def example_ids(batch: Batch) -> list[str]:
+    """A digest per example of its tokens up to its length and its answers: equal ids, equal examples."""
+    ids = []
+    for i in range(len(batch)):
+        parts = (batch.tokens[i, : int(batch.lengths[i])], batch.answer[i].reshape(-1), batch.answer_pos[i].reshape(-1))
+        ids.append(hashlib.blake2b(b"".join(p.to(torch.int64).numpy().tobytes() for p in parts), digest_size=8).hexdigest())
+    return ids
+
+
+def example_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """One row per example of a single-answer batch: `example` (its index), `id` (`example_ids`),
+    `distance` (key to answer), `correct`, and a bool column per subset in `masks`."""
+    if batch.answer.dim() != 1:
+        raise ValueError("the example table needs one answer per example")
+    correct = correct_answers(lm, batch)[:, 0]
+    table = pd.DataFrame({"example": range(len(batch)), "id": example_ids(batch),
+                          "distance": key_distance(batch).tolist(), "correct": correct.tolist()})
+    for name, mask in masks.items():
+        table[name] = mask.tolist()
+    return table
 
 
 def accuracy_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
     """One row per subset in `masks` and per key distance (single-answer tasks)."""
-    was_training = lm.training
-    lm.eval()
+    correct = correct_answers(lm, batch)  # [B, Q]
     groups = dict(masks)
     if batch.answer.dim() == 1:
         dist = key_distance(batch)
         groups |= {f"distance {int(d)}": dist == d for d in torch.unique(dist)}
     rows = []
-    try:
-        for name, mask in groups.items():
-            idx = mask.nonzero()[:, 0]
-            k, n = accuracy(lm, batch.select(idx)) if len(idx) else (0, 0)
-            lo, hi = accuracy_interval(k, n)
-            rows.append({"subset": name, "acc": k / n if n else float("nan"), "acc_lo": lo, "acc_hi": hi, "n": n})
-    finally:
-        lm.train(was_training)
+    for name, mask in groups.items():
+        k, n = int(correct[mask].sum()), int(mask.sum()) * correct.shape[1]
+        lo, hi = accuracy_interval(k, n)
+        rows.append({"subset": name, "acc": k / n if n else float("nan"), "acc_lo": lo, "acc_hi": hi, "n": n})
     return pd.DataFrame(rows)
 
 

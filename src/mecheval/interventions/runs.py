@@ -20,7 +20,7 @@ import pandas as pd
 
 from mecheval.common import atomic_write_text
 
-from mecheval.interventions.accuracy import accuracy_fields, accuracy_table
+from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_table, example_table
 from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import conv_ablation, conv_window
 from mecheval.interventions.patching import interchange
@@ -129,7 +129,8 @@ def intervene_run(
     without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet) and
     `state` (state_curve.parquet, `state_readout`; models with a recurrent state that learned the task);
     `method` "gradient" estimates the cells by attribution patching (`interchange`).
-    Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance).
+    Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance) and, for
+    single-answer tasks, examples.parquet (`example_table`: the same per example, for like-for-like comparisons).
     """
     from mecheval import load_run
 
@@ -152,6 +153,8 @@ def intervene_run(
     df = pd.concat(tables, ignore_index=True)
     df.to_parquet(run_dir / "interventions.parquet", index=False)
     accuracy_table(lm, batch, masks).to_parquet(run_dir / "accuracy.parquet", index=False)
+    if batch.answer.dim() == 1:  # per example, so that runs read on these examples compare like for like
+        example_table(lm, batch, masks).to_parquet(run_dir / EXAMPLES, index=False)
     window = None
     for name in ("conv_window.parquet", "conv_ablation.parquet", "state_curve.parquet"):
         (run_dir / name).unlink(missing_ok=True)  # a previous call's

@@ -22,8 +22,9 @@ from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.html import render_html
-from mecheval.report.findings import FINDINGS, conv_evidence
+from mecheval.report.findings import FINDINGS, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
+from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import study_table
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
 from mecheval.sweeps.runner import RUNS
@@ -253,6 +254,24 @@ def artefact_table(best: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def like_for_like_table(best: pd.DataFrame, reference: str = "attention") -> pd.DataFrame:
+    """Each best-lr architecture against `reference` on the same examples (`report.paired`), per seed pair:
+    accuracy of both on all examples and on those outside both conv reaches, the difference with its 95%
+    paired interval. Empty where the reference was not run or the runs lack examples.parquet."""
+    ref = best[best["arch"] == reference]
+    rows = []
+    for arch, part in best[best["arch"] != reference].groupby("arch", sort=False):
+        for a, b in seed_pairs(part, ref):
+            tables = read_examples(a["run_dir"]), read_examples(b["run_dir"])
+            if any(t is None for t in tables):
+                continue
+            for _, r in paired_accuracy(*tables).iterrows():
+                rows.append({"arch": arch, "vs": reference, "seeds": f"{a.get('seed', 0)} / {b.get('seed', 0)}",
+                             "examples": r["subset"], "n": r["n"], "acc": r["acc_a"], f"acc {reference}": r["acc_b"],
+                             "difference [95% CI]": f"{r['diff']:+.2f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]"})
+    return pd.DataFrame(rows)
+
+
 def conv_evidence_by_run(best: pd.DataFrame) -> dict[str, dict]:
     """run_dir -> `findings.conv_evidence`, for the best-lr runs whose conv-window analysis ran."""
     runs = [d for d in best["run_dir"] if isinstance(d, str)] if "run_dir" in best else []
@@ -401,6 +420,12 @@ def build_report(study_dir: str | Path) -> Report:
                 "examples, on those outside the query's reach through short convs, and inside it (AR: the queried "
                 "pair among the last ones), with Wilson 95% intervals and example counts.", artefact_table(best)),
     ]
+    paired = like_for_like_table(best)
+    if not paired.empty:
+        sections.append(Section("Like for like", "Each architecture beside attention on the same intervention "
+                                "examples: all of them, and those outside both models' conv reach (neither side "
+                                "read where the other skips), with the paired difference in accuracy and its 95% "
+                                "bootstrap interval.", paired))
     formed = formation_table(best, evidence)
     if not formed.empty:
         sections.append(Section("Where the association is formed", "Runs with a short conv: the conv output cell "

@@ -19,8 +19,11 @@ import pandas as pd
 from mecheval.interventions.conv_window import best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.interventions.verdict import FORMED, HIGH, LOW
+from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_accuracy, read_examples
 
 HIGH_ACC = 0.8
+MARGIN = 0.02  # "at least as accurate": within two points of accuracy, by the paired interval (`report.paired`)
+VALUE_HIGH = 0.5  # "high attrib@value" in the ATR no-conv claim: most of the effect stored at the value
 EVAL_N = "eval.size"  # the test examples behind `acc` where a run has no intervention accuracy
 
 
@@ -70,11 +73,28 @@ def _each(archs: list[str], test: Callable[[pd.Series], bool | None]) -> Callabl
         if rows.empty:
             return Outcome("not run", f"no runs of {', '.join(archs)}")
         results = [test(r) for _, r in rows.iterrows()]
-        status = "not reproduced" if False in results else "inconclusive" if None in results else "reproduced"
-        tally = f"{results.count(True)} of {len(results)} runs pass, {results.count(None)} undecided: "
-        return Outcome(status, tally + "; ".join(_describe(r) for _, r in rows.iterrows()))
+        return Outcome(_status(results), _tally(results) + "; ".join(_describe(r) for _, r in rows.iterrows()))
 
     return check
+
+
+def _status(results: list[bool | None]) -> str:
+    """Not reproduced where one run decidedly fails, inconclusive where none fails but one is undecided."""
+    return "not reproduced" if False in results else "inconclusive" if None in results else "reproduced"
+
+
+def _tally(results: list[bool | None]) -> str:
+    return f"{results.count(True)} of {len(results)} runs pass, {results.count(None)} undecided: "
+
+
+def _ci_vs(row: pd.Series, col: str, t: float, above: bool) -> bool | None:
+    """`col` >= t (above) or < t (not above), decided by its 95% interval (`col`_lo, `col`_hi); None where
+    the interval straddles t or the run has no such reading."""
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return None
+    decided = True if lo >= t else False if hi < t else None
+    return decided if above or decided is None else not decided
 
 
 def _and(a: bool | None, b: bool | None) -> bool | None:
@@ -156,23 +176,49 @@ def _conv_status(e: dict, chance: float) -> str:
     return "reproduced" if e["lo"] >= FORMED else "inconclusive"
 
 
+def seed_pairs(a: pd.DataFrame, b: pd.DataFrame) -> list[tuple[pd.Series, pd.Series]]:
+    """Runs of a and b paired by seed; every pair where they share no seed."""
+    seed = lambda r: r.get("seed", 0)  # noqa: E731
+    pairs = [(x, y) for _, x in a.iterrows() for _, y in b.iterrows()]
+    same = [(x, y) for x, y in pairs if seed(x) == seed(y)]
+    return same or pairs
+
+
 def _mamba_vs_attention(df: pd.DataFrame) -> Outcome:
+    """Mamba at least as accurate as attention (within MARGIN), per seed, on the same examples: all of them,
+    and those outside both models' conv reach (`report.paired`); decided by the paired interval."""
     mamba, attention = _rows(df, "mamba"), _rows(df, "attention")
     if mamba.empty or attention.empty:
         return Outcome("not run", "needs runs of mamba and attention")
-    m, a = mamba["acc"].max(), attention["acc"].max()
-    return Outcome("reproduced" if m >= a - 0.01 else "not reproduced", f"mamba acc {m:.2f} vs attention {a:.2f}")
+    results, evidence = [], []
+    for m, a in seed_pairs(mamba, attention):
+        tables = read_examples(m["run_dir"]), read_examples(a["run_dir"])
+        if any(t is None for t in tables):
+            return Outcome("not run", f"no per-example readout ({EXAMPLES}) in {m['run_dir']} or {a['run_dir']}: "
+                           "`mecheval intervene` writes it")
+        try:
+            table = paired_accuracy(*tables)
+        except ValueError as e:
+            return Outcome("not run", f"{m['run_dir']} and {a['run_dir']}: {e}")
+        results.append(_and(*(at_least_as_accurate(r, MARGIN) for _, r in table.iterrows())))
+        evidence.append(f"seed {m.get('seed', 0)}/{a.get('seed', 0)}: " + ", ".join(
+            f"{r['subset']} (n={r['n']}) mamba {r['acc_a']:.2f} vs attention {r['acc_b']:.2f}, "
+            f"difference {r['diff']:+.2f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]" for _, r in table.iterrows()))
+    return Outcome(_status(results), _tally(results) + "; ".join(evidence))
 
 
 def _atr_storage(df: pd.DataFrame) -> Outcome:
-    """attrib@value high (>= HIGH) for attention and Based, low (< LOW) for Mamba, H3 and Hyena."""
+    """attrib@value high (>= HIGH) for attention and Based, low (< LOW) for Mamba, H3 and Hyena, each run
+    decided by its 95% interval."""
     high, low = ["attention", "based"], ["mamba", "h3", "hyena"]
     rows = df[df["arch"].isin(high + low)].dropna(subset=["attrib@value"])
     if rows.empty:
         return Outcome("not run", f"no intervened runs of {', '.join(high + low)}")
-    ok = all(r["attrib@value"] >= HIGH if r["arch"] in high else r["attrib@value"] < LOW for _, r in rows.iterrows())
-    evidence = "; ".join(f"{r['arch']} @value {r['attrib@value']:.2f}" for _, r in rows.iterrows())
-    return Outcome("reproduced" if ok else "not reproduced", evidence)
+    results = [_ci_vs(r, "attrib@value", HIGH, above=True) if r["arch"] in high else _ci_vs(r, "attrib@value", LOW, above=False)
+               for _, r in rows.iterrows()]
+    evidence = "; ".join(f"{r['arch']} seed {r.get('seed', 0)} @value {r['attrib@value']:.2f} "
+                         f"[{r['attrib@value_lo']:.2f}, {r['attrib@value_hi']:.2f}]" for _, r in rows.iterrows())
+    return Outcome(_status(results), _tally(results) + evidence)
 
 
 FINDINGS: dict[str, Finding] = {
@@ -194,10 +240,12 @@ FINDINGS: dict[str, Finding] = {
                 _each(["based (d_conv long)"], _near_chance)),
         Finding("h3_hyena_poor", "H3 and Hyena do poorly on AR.",
                 _each(["h3", "hyena"], lambda r: _accuracy(r)[0] < HIGH_ACC / 2)),
-        Finding("atr_mamba_vs_attention", "On ATR easy, Mamba is at least as accurate as attention.", _mamba_vs_attention),
+        Finding("atr_mamba_vs_attention", "On ATR easy, Mamba is at least as accurate as attention (within "
+                f"{MARGIN}, on the same examples: all, and those outside both conv reaches).", _mamba_vs_attention),
         Finding("atr_storage", "On ATR, only attention and Based store the association at the value (attrib@value high); "
                 "Mamba, H3 and Hyena do not.", _atr_storage),
-        Finding("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high attrib@value).",
-                _each(["mamba (d_conv 0)"], lambda r: (r.get("attrib@value") or 0) >= 0.5)),
+        Finding("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high "
+                "attrib@value: accuracy >= 0.8 and attrib@value >= 0.5, each by its 95% interval).",
+                _each(["mamba (d_conv 0)"], lambda r: _and(_high(r), _ci_vs(r, "attrib@value", VALUE_HIGH, above=True)))),
     ]
 }
