@@ -148,3 +148,23 @@ def test_verdicts_of_earlier_rules_are_decided_anew_without_retraining(tiny_stud
         original = json.loads((tiny_study[0] / v.relative_to(out)).read_text())
         assert json.loads(v.read_text())["verdict"] == original["verdict"]
         assert relabel_run(v.parent, 0.01).label == original["verdict"] and json.loads(v.read_text())["rules"] == VERDICT_RULES
+
+
+def test_relabel_writes_the_per_example_table_that_intervene_writes(tiny_study, tmp_path, monkeypatch):
+    """A study intervened on before examples.parquet existed gets it from `mecheval relabel`: the same examples
+    (ids) and answers as `intervene` wrote, so like-for-like comparisons read old and new runs alike."""
+    import shutil
+
+    from mecheval.study import run as study_run
+
+    monkeypatch.setitem(study_run.STUDIES, TINY.name, TINY)
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study[0], out)
+    tables = sorted(out.glob("runs/*/examples.parquet"))
+    assert len(tables) == len(list(out.glob("runs/*/verdict.json"))) > 0
+    written = {p: pd.read_parquet(p) for p in tables}
+    for p in tables:
+        p.unlink()
+    study_run.relabel_study(out)
+    for p, table in written.items():
+        pd.testing.assert_frame_equal(pd.read_parquet(p), table)

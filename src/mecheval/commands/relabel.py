@@ -14,7 +14,8 @@ def register(app: typer.Typer) -> None:
         path: Annotated[Path, typer.Argument(help="A study directory (with study.json).", exists=True, file_okay=False)],
     ) -> None:
         """Re-decide every run's verdict.json from its committed tables (no training, no patching) and
-        rebuild the report; prints the summary table."""
+        rebuild the report; prints the summary table. Runs without a per-example table (examples.parquet)
+        get one from a forward pass on the study's examples, for like-for-like comparisons."""
         from mecheval.report.terminal import print_summary
         from mecheval.study.run import relabel_study
 

@@ -63,6 +63,21 @@ def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int 
     return curve
 
 
+def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") -> pd.DataFrame | None:
+    """RUN_DIR/examples.parquet (`example_table`) on the batch `intervene_run` reads with the same n, seed and
+    split, for a run intervened on before the table existed: one forward pass, nothing patched. None for
+    multi-answer tasks."""
+    from mecheval import load_run
+
+    lm, task, _ = load_run(run_dir)
+    batch = task.sample(n, seed=seed, split=split)
+    if batch.answer.dim() != 1:
+        return None
+    table = example_table(lm, batch, subsets(lm, batch))
+    table.to_parquet(Path(run_dir) / EXAMPLES, index=False)
+    return table
+
+
 VERDICT_RULES = 2  # verdict.json's `rules`: 2 = labels decided by intervals, the joint key&query patch (1: points)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from mecheval.common import describe
-from mecheval.interventions.runs import intervene_run, relabel_run, verdict_is_current
+from mecheval.interventions.accuracy import EXAMPLES
+from mecheval.interventions.runs import intervene_run, relabel_run, verdict_is_current, write_examples
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
@@ -108,11 +109,14 @@ def run_study(
 def relabel_study(out: str | Path) -> Report:
     """Every intervened run of the study in `out` decided anew by the current verdict rules from its tables
     (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained
-    or re-patched."""
+    or re-patched. Runs intervened before per-example tables existed get their examples.parquet
+    (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
     meta = json.loads((out / STUDY_JSON).read_text())
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         if (run_dir / "interventions.parquet").exists():
             relabel_run(run_dir, study.min_effect)
+            if not (run_dir / EXAMPLES).exists():
+                write_examples(run_dir, meta["n_examples"])
     return build_report(out)
