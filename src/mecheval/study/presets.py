@@ -223,7 +223,7 @@ STUDIES: dict[str, Study] = {
             cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128",
             task={"name": "atr", "params": {"grammar": "easy"}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
             archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)], steps=ATR_STEPS, min_effect=0.1,
-            paper_length_groups=ATR_EASY_LENGTH_GROUPS,
+            paper_length_groups=ATR_EASY_LENGTH_GROUPS, analyses=("conv-window", "state"),
             findings=("atr_mamba_vs_attention", "atr_mamba_noconv_induction"),
         ),
     ]
