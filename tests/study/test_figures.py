@@ -113,3 +113,18 @@ def test_a_bar_for_every_architecture_even_where_no_example_lies_outside_the_con
     assert [b.get_height() for b in bars] == [0.8, 0.6]  # h3: every example is inside its whole-context conv
     assert "all intervention examples" in ax.get_ylabel()
     plt.close("all")
+
+
+def test_boxes_figure_marks_the_published_medians():
+    import pandas as pd
+
+    from mecheval.report.compare import published_attribution
+    from mecheval.report.figures import boxes_figure
+
+    rows = pd.DataFrame({"arch": ["attention", "mamba"], "verdict": ["induction", "direct retrieval"],
+                         "attrib@key": [0.0, 0.6], "attrib@value": [1.0, 0.0], "attrib@query": [0.0, 0.4]})
+    published = {("mamba", "query"): published_attribution("atr", "easy", "mamba", "query")}
+    assert published[("mamba", "query")] == 0.29 and published_attribution("ar", None, "mamba", "query") is None
+    fig = boxes_figure(rows, published=published)
+    ticks = [c for ax in fig.axes for c in ax.collections if c.get_label() == "published median"]
+    assert len(ticks) == 1 and ticks[0].get_offsets().tolist() == [[1.0, 0.29]]

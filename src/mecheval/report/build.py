@@ -20,7 +20,7 @@ from scipy import stats
 
 from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
-from mecheval.report.compare import published_accuracy, published_verdict
+from mecheval.report.compare import published_accuracy, published_attribution, published_verdict
 from mecheval.report.html import render_html
 from mecheval.report.findings import FINDINGS, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
@@ -77,7 +77,8 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
                            "point, at the value (y) or at the query (x). Top left: induction; bottom right: direct "
                            "retrieval. Bars: 95% bootstrap intervals; hollow: the run did not learn the task.",
     "attribution_boxes": "The same attributions at the key, the value and the query, per architecture, one point "
-                         "per run that learned the task (a box where there are at least 3).",
+                         "per run that learned the task (a box where there are at least 3); black ticks: the "
+                         "study's published medians (ATR, where it states them).",
     "profile": "{arch}, layer profile: the share of p(answer) restored by the clean residual at each role, at "
                "every block boundary (key corrupted; band: 95% interval). Where a line rises is the layer that "
                "moves the key's information there.",
@@ -314,6 +315,16 @@ def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     return df.map(lambda v: f"{v:.3g}" if isinstance(v, float) and v == v else ("" if v is None or v != v else v))
 
 
+def _published_medians(df: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(arch, position) -> the study's median attribution, where the runs are of one task and grammar."""
+    grammars = df[GRAMMAR].dropna().unique() if GRAMMAR in df else []
+    if df["task.name"].nunique() != 1 or len(grammars) > 1:
+        return {}
+    task, grammar = df["task.name"].iloc[0], grammars[0] if len(grammars) else None
+    medians = {(a, pos): published_attribution(task, grammar, a, pos) for a in df["arch"].unique() for pos in figures.POSITIONS}
+    return {k: v for k, v in medians.items() if v is not None}
+
+
 def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.DataFrame,
              timelines: dict) -> dict[str, tuple[bytes, str]]:
     """name -> (PNG, caption): the study's figures, then per architecture (its most accurate best-lr run)
@@ -326,7 +337,7 @@ def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.
         out["attribution_scatter"] = (figures.to_png(figures.scatter_figure(with_verdict, palette)),
                                       CAPTIONS["attribution_scatter"])
         if (with_verdict["verdict"] != "not learned").any():
-            out["attribution_boxes"] = (figures.to_png(figures.boxes_figure(with_verdict, palette)),
+            out["attribution_boxes"] = (figures.to_png(figures.boxes_figure(with_verdict, palette, _published_medians(with_verdict))),
                                         CAPTIONS["attribution_boxes"])
     if timelines:
         out["timeline overlay"] = (figures.to_png(overlay_figure(best, timelines, palette)), CAPTIONS["timeline_overlay"])

@@ -29,3 +29,11 @@ def published_verdict(task: str, label: str) -> str | None:
     if task == "atr":
         return published.ATR_VERDICT.get(label)
     return None
+
+
+def published_attribution(task: str, grammar: str | None, arch: str, position: str) -> float | None:
+    """The study's median attrib@`position` (key / value / query) of the architecture labelled `arch` on ATR
+    `grammar` (default easy); None where it states none (it gives ATR medians only)."""
+    if task != "atr":
+        return None
+    return published.ATR_ATTRIB_MEDIANS.get(position, {}).get(arch, {}).get(grammar or "easy")

@@ -116,9 +116,11 @@ def scatter_figure(df: pd.DataFrame, palette: dict[str, str] | None = None) -> F
     return fig
 
 
-def boxes_figure(df: pd.DataFrame, palette: dict[str, str] | None = None) -> Figure:
+def boxes_figure(df: pd.DataFrame, palette: dict[str, str] | None = None,
+                 published: dict[tuple[str, str], float] | None = None) -> Figure:
     """attrib@key / @value / @query per architecture over its runs that learned the task: a box where it
-    has at least MIN_BOX runs, its runs as points otherwise (a box over one run is a flat line)."""
+    has at least MIN_BOX runs, its runs as points otherwise (a box over one run is a flat line);
+    published: (arch, position) -> the study's median, drawn as a black tick."""
     rows = df.dropna(subset=["attrib@value"])
     rows = rows[_learned(rows)]
     archs = list(dict.fromkeys(rows["arch"]))
@@ -131,10 +133,15 @@ def boxes_figure(df: pd.DataFrame, palette: dict[str, str] | None = None) -> Fig
                 ax.boxplot([values], positions=[i], widths=0.6, medianprops={"color": palette[a]})
             ax.scatter([i + 0.08 * (k - (len(values) - 1) / 2) for k in range(len(values))], values, s=18,
                        color=palette[a], edgecolor="black", linewidth=0.4, zorder=3)
+        marks = [(i, published[(a, pos)]) for i, a in enumerate(archs) if (a, pos) in (published or {})]
+        if marks:
+            ax.scatter(*zip(*marks), marker="_", s=300, color="black", zorder=4, label="published median")
         ax.set_xticks(range(len(archs)), archs, rotation=30, ha="right", fontsize=8)
         ax.set_title(f"attrib @ {pos}")
         ax.axhline(0, color="grey", lw=0.5)
     axes[0].set_ylabel("attribution (one point per run)")
+    if published:
+        _legend_outside(axes[-1])
     return fig
 
 

@@ -63,6 +63,19 @@ ATR_ACCURACY: dict[str, dict[str, dict[int, float]]] = {
     },
 }
 
+# ATR attributions as published: medians over runs, corrupt key, residual entering layer 1, per grammar
+# (easy / large_vocab / medium). Only the values the study states; "others < .16" at the value is not a number.
+ATR_ATTRIB_MEDIANS: dict[str, dict[str, dict[str, float]]] = {
+    "value": {"attention": dict(easy=1.03, large_vocab=0.90, medium=1.11), "based": dict(easy=0.93, large_vocab=0.95, medium=0.82),
+              "baseconv": dict(easy=0.42, large_vocab=0.20, medium=0.56)},
+    "query": {"hyena": dict(easy=0.50, large_vocab=0.31, medium=0.82), "h3": dict(easy=0.52, large_vocab=0.09),
+              "mamba": dict(easy=0.29, large_vocab=0.06, medium=0.45), "attention": dict(easy=0.0, large_vocab=0.0, medium=0.0),
+              "based": dict(easy=0.0, large_vocab=0.0, medium=0.0), "baseconv": dict(easy=0.0, large_vocab=0.0, medium=0.0)},
+    "key": {"mamba": dict(easy=0.55, large_vocab=0.87, medium=0.29), "baseconv": dict(easy=0.50, large_vocab=0.82, medium=0.34),
+            "h3": dict(easy=0.44, large_vocab=0.82), "hyena": dict(easy=0.48, large_vocab=0.42, medium=0.09),
+            "attention": dict(easy=0.06, large_vocab=0.36, medium=0.02), "based": dict(easy=0.15, large_vocab=0.14, medium=0.13)},
+}
+
 # Mechanism (corrupt key, residual entering layer 1) as published.
 AR_VERDICT: dict[str, str] = {
     "attention": "induction",
