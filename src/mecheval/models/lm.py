@@ -37,6 +37,31 @@ def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = False) -
     return RMSNorm(d, eps=eps)
 
 
+SITE_ORDER = ("resid_pre", "mixer_in", "mixer", "mixer_out", "resid_mid", "mlp_out", "resid_post")  # "mixer": its sites
+
+
+def name_sites(layers) -> "OrderedDict[str, Site]":
+    """Every `Site` module anywhere in block i is `layers.{i}.{its attribute name}`, in forward order:
+    the block's own sites in SITE_ORDER, the mixer's (at any depth) in its module order, which is the
+    order its forward visits them (`mecheval check-mixer` checks it). `layers`: blocks whose attributes
+    are the sites of SITE_ORDER and a `mixer` (an LM's, or `mecheval.hf`'s wrapped blocks)."""
+    sites: OrderedDict[str, Site] = OrderedDict()
+    rank = {k: r for r, k in enumerate(SITE_ORDER)}
+    for i, block in enumerate(layers):
+        found: dict[str, tuple[int, Site]] = {}
+        for path, m in block.named_modules():
+            if isinstance(m, Site):
+                kind = path.rsplit(".", 1)[-1]
+                if kind in found:
+                    raise ValueError(f"layer {i}: two sites named {kind!r}")
+                found[kind] = (rank["mixer"] if path.startswith("mixer.") else rank[kind], m)
+        for kind in sorted(found, key=lambda k: found[k][0]):  # stable: module order within the mixer
+            site = found[kind][1]
+            site.name = f"layers.{i}.{kind}"
+            sites[site.name] = site
+    return sites
+
+
 class MLP(nn.Module):
     """y = W_2 gelu(W_1 x), hidden width ratio * D, no bias."""
 
@@ -102,7 +127,7 @@ class LM(nn.Module):
         self.norm_f = make_norm(cfg.final_norm, cfg.d_model, cfg.norm_eps, cfg.final_norm_bias)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._init_weights()
-        self._sites = self._name_sites()
+        self._sites = name_sites(self.layers)
 
     @torch.no_grad()
     def _init_weights(self) -> None:
@@ -118,28 +143,6 @@ class LM(nn.Module):
                 w = block.mixer.out_proj.weight
                 nn.init.kaiming_uniform_(w, a=math.sqrt(5))
                 w /= math.sqrt(self.cfg.n_layers)
-
-    SITE_ORDER = ("resid_pre", "mixer_in", "mixer", "mixer_out", "resid_mid", "mlp_out", "resid_post")  # "mixer": its sites
-
-    def _name_sites(self) -> "OrderedDict[str, Site]":
-        """Every `Site` module anywhere in block i is `layers.{i}.{its attribute name}`, in forward order:
-        the block's own sites in SITE_ORDER, the mixer's (at any depth) in its module order, which is the
-        order its forward visits them (`mecheval check-mixer` checks it)."""
-        sites: OrderedDict[str, Site] = OrderedDict()
-        rank = {k: r for r, k in enumerate(self.SITE_ORDER)}
-        for i, block in enumerate(self.layers):
-            found: dict[str, tuple[int, Site]] = {}
-            for path, m in block.named_modules():
-                if isinstance(m, Site):
-                    kind = path.rsplit(".", 1)[-1]
-                    if kind in found:
-                        raise ValueError(f"layer {i}: two sites named {kind!r}")
-                    found[kind] = (rank["mixer"] if path.startswith("mixer.") else rank[kind], m)
-            for kind in sorted(found, key=lambda k: found[k][0]):  # stable: module order within the mixer
-                site = found[kind][1]
-                site.name = f"layers.{i}.{kind}"
-                sites[site.name] = site
-        return sites
 
     def sites(self) -> "OrderedDict[str, Site]":
         """Site name -> identity module, in forward order: `layers.{i}.{resid_pre,…,resid_post}`."""
