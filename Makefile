@@ -23,7 +23,7 @@ $(VENV)/.env: $(VENV)/.torch pyproject.toml
 	touch $@
 
 $(VENV)/.env-test: $(VENV)/.torch pyproject.toml
-	$(PIP) install -q -e ".[test,bench,ray,pyvene]"
+	$(PIP) install -q -e ".[test,bench,ray,pyvene,hf]"
 	touch $@
 
 env: $(VENV)/.env
