@@ -22,7 +22,7 @@ from mecheval.common import describe
 def register(app: typer.Typer) -> None:
     @app.command()
     def intervene(
-        path: Annotated[Path, typer.Argument(help="A run directory, or a sweep directory holding runs.", exists=True)],
+        path: Annotated[Path | None, typer.Argument(help="A run directory, or a sweep directory holding runs (not with --hf).", exists=True)] = None,
         corrupt: Annotated[list[str], typer.Option(help="Role(s) to corrupt; the first is the verdict's.")] = ["key"],
         n: Annotated[int, typer.Option(min=1, help="Examples per run.")] = 1024,
         sites: Annotated[list[str], typer.Option(help="Site names or globs, e.g. 'layers.*.resid_pre'.")] = ["*"],
@@ -33,6 +33,10 @@ def register(app: typer.Typer) -> None:
         analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value); state (the answer each layer's recurrent state carries after the key, …, up to the answer).")] = [],
         method: Annotated[str, typer.Option(help="exact (one patched run per cell) | gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward)")] = "exact",
         over_training: Annotated[bool, typer.Option("--over-training", help="The readouts at every snapshot of each run (timeline.parquet); only snapshots not yet read are computed.")] = False,
+        hf: Annotated[str | None, typer.Option(help="A transformers causal LM (a save_pretrained directory, or a hub name in the local cache): AR in its own vocabulary (docs/huggingface.md).")] = None,
+        hf_tokens: Annotated[str, typer.Option(help="With --hf: how keys and values are drawn from the model's tokens: random | words (single-token words; needs the tokenizer).")] = "random",
+        hf_pairs: Annotated[int, typer.Option(min=1, help="With --hf: key-value pairs per AR example.")] = 16,
+        out: Annotated[Path | None, typer.Option(help="With --hf: the output directory (default: intervene-<model name>).")] = None,
     ) -> None:
         """Interchange interventions per run: interventions.parquet, heatmaps, and the mechanism verdicts."""
         from rich.console import Console
@@ -51,16 +55,36 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--direction must be one of {DIRECTIONS}, got {direction!r}")
         if method not in METHODS:
             raise typer.BadParameter(f"--method must be one of {list(METHODS)}, got {method!r}")
-        try:
-            runs = find_runs(path)
-        except FileNotFoundError as e:
-            raise typer.BadParameter(str(e)) from None
+        if (hf is None) == (path is None):
+            raise typer.BadParameter("give a run or sweep directory, or --hf MODEL (not both)", param_hint="PATH / --hf")
+        if hf is None:
+            try:
+                runs = find_runs(path)
+            except FileNotFoundError as e:
+                raise typer.BadParameter(str(e)) from None
         table = Table(title=f"mechanism: corrupt {corrupt[0]}, examples outside the conv reach (see detail)")
         table.add_column("run", overflow="fold")
         table.add_column("verdict", min_width=len("direct retrieval"))
         for col in ("effect", "layer", "@key", "@value", "@query"):
             table.add_column(col, no_wrap=True)
         table.add_column("detail", overflow="fold")
+        if hf is not None:
+            from mecheval.hf.ar import RULES, intervene_hf, load
+
+            if hf_tokens not in RULES:
+                raise typer.BadParameter(f"must be one of {list(RULES)}, got {hf_tokens!r}", param_hint="--hf-tokens")
+            if over_training:
+                raise typer.BadParameter("a transformers model has no snapshots", param_hint="--over-training")
+            try:
+                model, tokenizer = load(hf)
+            except ValueError as e:
+                raise typer.BadParameter(str(e), param_hint="--hf") from None
+            out = out or Path(f"intervene-{Path(hf).name}")
+            _, v = intervene_hf(model, tokenizer, hf, out, rule=hf_tokens, pairs=hf_pairs, corrupt=corrupt, n=n, sites=sites, positions=positions or None,
+                                seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method)
+            _add_row(table, str(out), v)
+            Console().print(table)
+            return
         check_arguments(runs, corrupt, sites, positions or [], split)
         if over_training:
             _over_training(path, runs, corrupt[0], n, seed)
@@ -76,15 +100,20 @@ def register(app: typer.Typer) -> None:
                 tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)
                 table.add_row(name, "FAILED", "", "", "", "", "", "")
                 continue
-            if v is None:
-                table.add_row(name, "-", "", "", "", "", "", "")
-            else:
-                table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
-                              *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
+            _add_row(table, name, v)
         Console().print(table)
         if failed:
             typer.echo(f"error: {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}", err=True)
             raise typer.Exit(1)
+
+
+def _add_row(table, name: str, v) -> None:
+    """A verdict's row of the table ("-" where there is none)."""
+    if v is None:
+        table.add_row(name, "-", "", "", "", "", "", "")
+    else:
+        table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
+                      *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
 
 
 def _over_training(path: Path, runs: list[Path], corrupt: str, n: int, seed: int) -> None:

@@ -149,11 +149,22 @@ def intervene_run(
     """
     from mecheval import load_run
 
+    lm, task, _ = load_run(run_dir)
+    return intervene_model(run_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
+                           skip_missing_sites, analyses, method)
+
+
+def intervene_model(
+    run_dir: Path, lm, task, corrupt: list[str], n: int, sites: list[str], positions: list[str] | None = None,
+    seed: int = 0, split: str = "test", direction: str = "sufficiency", min_effect: float = 0.01,
+    skip_missing_sites: bool = False, analyses: list[str] = (), method: str = "exact",
+) -> tuple[pd.DataFrame, Verdict | None]:
+    """`intervene_run` on a model and task already built (an LM, or `mecheval.hf.wrap`'s), its outputs
+    written into `run_dir`."""
     unknown = sorted(set(analyses) - set(ANALYSES))
     if unknown:
         raise ValueError(f"unknown analyses {unknown}; known: {list(ANALYSES)}")
     run_dir = Path(run_dir)
-    lm, task, _ = load_run(run_dir)
     # the layer profile: every block's input, and the last block's output (block i's output is i + 1's input)
     sites = list(dict.fromkeys([*sites, "resid_pre", f"layers.{len(lm.layers) - 1}.resid_post"]))
     if skip_missing_sites:
