@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from mecheval.models.presets import ARCHITECTURES
 from mecheval.models.shortconv import ConvSpec, validate_conv_spec
@@ -143,3 +143,47 @@ class ModelConfig(BaseModel):
         from mecheval.models.mixers import mixer_spec
 
         return mixer_spec(name).options(**self.options.get(name, {}))
+
+
+class HFModelConfig(BaseModel):
+    """A `transformers` causal LM built with random weights from its config (the optional extra `hf`), trained
+    and read like a zoo model: `model: {hf: MambaForCausalLM, config: {state_size: 16}}`. `hf` is a class of
+    `transformers` or an import path to one; `config` its config's fields, except the three mecheval sets
+    (vocab_size, d_model -> hidden_size, n_layers -> num_hidden_layers, so sweeps and reports read them as
+    for any model). Built by `mecheval.hf.build` and wrapped by `mecheval.hf.wrap`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hf: str = Field(description="a transformers class (MambaForCausalLM) or an import path 'package.module:Class'")
+    config: dict[str, Any] = Field(default_factory=dict)
+    vocab_size: int = Field(gt=0)
+    d_model: int = Field(64, gt=0)
+    n_layers: int = Field(2, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "HFModelConfig":
+        from mecheval.hf.build import hf_class
+
+        owned = sorted({"vocab_size", "hidden_size", "num_hidden_layers"} & set(self.config))
+        if owned:
+            raise ValueError(f"config: {owned} are set by model.vocab_size / d_model / n_layers, not in config")
+        cls = hf_class(self.hf)
+        try:
+            cls.config_class(**self.transformers_config())
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"config: {cls.config_class.__name__} refuses it ({e})") from None
+        return self
+
+    def transformers_config(self) -> dict[str, Any]:
+        """The transformers config's fields."""
+        return {**self.config, "vocab_size": self.vocab_size, "hidden_size": self.d_model, "num_hidden_layers": self.n_layers}
+
+
+def is_hf_model(data: Any) -> str:
+    """The model config's kind: "hf" for a transformers model (a mapping with `hf`), else "lm"."""
+    return "hf" if isinstance(data, HFModelConfig) or (isinstance(data, dict) and "hf" in data) else "lm"
+
+
+AnyModelConfig = Annotated[
+    Annotated[ModelConfig, Tag("lm")] | Annotated[HFModelConfig, Tag("hf")], Discriminator(is_hf_model)
+]

@@ -36,7 +36,11 @@ def _chance(task_cfg) -> float:
 def arch_parts(row: pd.Series) -> tuple[str, int | str | None]:
     """A run's architecture as data: (name, conv). The name is the preset, or the mixers joined by `+`
     (a plug-in by its class name); conv is the first layer's convolution that differs from that
-    architecture's published default, None where none does. `models.presets.arch_label` writes them."""
+    architecture's published default, None where none does. `models.presets.arch_label` writes them.
+    A transformers model (`model.hf`) is `hf:` and its class name, conv None."""
+    hf = row.get("model.hf")
+    if isinstance(hf, str):
+        return f"hf:{hf.rpartition(':')[2]}", None
     preset = row.get("model.preset")
     preset = preset if isinstance(preset, str) else None
     mixers = json.loads(row["model.mixer"])

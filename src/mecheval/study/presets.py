@@ -123,9 +123,9 @@ def _with_paper_build(point: dict) -> dict:
 
 def point_label(point: dict) -> str:
     """A sweep point's architecture as `--archs` names it: `mamba`, `mamba (d_conv 0)`, `based (d_conv long)`,
-    or a plug-in's import path."""
+    or a plug-in's import path (a mixer's, or a transformers model's class)."""
     if "model.preset" not in point:
-        return point["model.mixer"]
+        return point.get("model.hf") or point["model.mixer"]
     conv = point.get("model.d_conv")
     conv = conv[0] if isinstance(conv, list) else conv
     return point["model.preset"] + ("" if conv is None else f" (d_conv {conv})")
@@ -133,18 +133,33 @@ def point_label(point: dict) -> str:
 
 def _select_archs(points: list[dict], wanted: list[str], study: str) -> list[dict]:
     """The study's points named in `wanted`, then one point per plug-in import path in `wanted`
-    (`examples.mixers.mamba2:Mamba2`: that mixer in every layer, on the study's design)."""
-    from mecheval.models.mixers import mixer_spec
+    (`examples.mixers.mamba2:Mamba2`: that mixer in every layer, on the study's design; a transformers
+    model: `transformers:MambaForCausalLM`, or a model config `{hf: …, config: {…}}` such as
+    `mecheval.hf.models:GPT2`, built at the study's width and depth)."""
     from mecheval.plugins import is_import_path
 
     plugins = [a for a in wanted if is_import_path(a)]
-    for path in plugins:
-        mixer_spec(path)  # a broken plug-in is refused here, naming what is wrong
+    added = [_plugin_point(path) for path in plugins]  # a broken plug-in is refused here, naming what is wrong
     labels = [point_label(p) for p in points]
     unknown = [a for a in wanted if a not in labels and a not in plugins]
     if unknown:
         raise ValueError(f"study {study!r} has no architecture {unknown}; known: {labels}, or a mixer's import path")
-    return [p for p, label in zip(points, labels) if label in wanted] + [{"model.mixer": a} for a in plugins]
+    return [p for p, label in zip(points, labels) if label in wanted] + added
+
+
+def _plugin_point(path: str) -> dict:
+    """The sweep point of an `--archs` import path: a mixer in every layer, or a transformers model (a class,
+    or a mapping `{hf, config}`)."""
+    from mecheval.models.mixers import mixer_spec
+    from mecheval.plugins import load
+
+    obj = load(path, "architecture")
+    if isinstance(obj, dict) and "hf" in obj:
+        return {"model.hf": obj["hf"], "model.config": dict(obj.get("config", {}))}
+    if isinstance(obj, type) and getattr(obj, "config_class", None) is not None:
+        return {"model.hf": path}
+    mixer_spec(path)
+    return {"model.mixer": path}
 
 
 SCALES = ("cpu", "paper")

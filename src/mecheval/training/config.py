@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mecheval.common import ConfigError, flatten, set_dotted
-from mecheval.models.config import ModelConfig
+from mecheval.models.config import AnyModelConfig
 
 
 class _Strict(BaseModel):
@@ -112,7 +112,7 @@ class TrainConfig(_Strict):
     """Everything that determines a training run. `model.vocab_size` defaults to the task's."""
 
     task: TaskConfig
-    model: ModelConfig
+    model: AnyModelConfig  # a zoo LM, or a transformers model (`hf`)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     steps: int = Field(gt=0)
     batch_size: int = Field(32, gt=0)
@@ -212,7 +212,8 @@ def format_validation_error(e: ValidationError) -> str:
     """One line per error: `field.path: message`."""
     lines = []
     for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(config)"
+        loc = ".".join(str(p) for i, p in enumerate(err["loc"]) if not (i == 1 and err["loc"][0] == "model" and p in ("lm", "hf")))
+        loc = loc or "(config)"  # (the model's kind, a tag of the union, is not part of the field's name)
         lines.append(f"{loc}: {err['msg']}")
     return "\n".join(lines)
 
