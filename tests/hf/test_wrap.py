@@ -39,7 +39,9 @@ def test_sites_found_and_logits_kept(family):
     assert not model.training and not lm.training
     state = lm.state_dict()  # every weight once (a tied head is its embedding), ready for safetensors
     assert len({v.data_ptr() for v in state.values()}) == len(state)
-    assert {f"model.{k}" for k in model.state_dict()} - set(state) == ({"model.lm_head.weight"} if family != "llama" else set())
+    tied = model.lm_head.weight is model.get_input_embeddings().weight
+    assert tied == (family in ("gpt2", "mamba"))  # transformers' defaults
+    assert {f"model.{k}" for k in model.state_dict()} - set(state) == ({"model.lm_head.weight"} if tied else set())
     lm.load_state_dict(state)
 
 
