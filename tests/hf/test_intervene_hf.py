@@ -94,3 +94,23 @@ def test_intervene_hf_on_a_missing_model_exits_2(tmp_path):
 def test_intervene_needs_a_path_or_hf_not_both(saved, tmp_path):
     assert CliRunner().invoke(app, ["intervene"]).exit_code == 2
     assert CliRunner().invoke(app, ["intervene", str(tmp_path), "--hf", str(saved)]).exit_code == 2
+
+
+def test_intervene_hf_words_rule_with_the_saved_tokenizer(tmp_path):
+    """A word-level tokenizer saved beside the model: keys and values are its single-token words."""
+    from tokenizers import Tokenizer, models
+
+    words = ["<unk>", "<s>"] + [f" w{a}{b}" for a in "abcdefgh" for b in "abcdefgh"]  # 64 words
+    model_dir = tmp_path / "tiny-words"
+    model = tiny("mamba", vocab=len(words))
+    model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = 1, None, None
+    model.save_pretrained(model_dir)
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tr.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>").save_pretrained(model_dir)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["intervene", "--hf", str(model_dir), "--hf-tokens", "words", "--hf-pairs", "4",
+                                 "--n", "16", "--sites", "resid_pre", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    info = json.loads((out / "hf.json").read_text())
+    assert info["rule"] == "words" and info["vocab"][1] == 1  # BOS is the model's
+    assert sorted(info["vocab"][:1] + info["vocab"][2:]) == list(range(2, 2 + 64))  # every other id is a word
