@@ -32,7 +32,7 @@ from torch import nn
 
 from mecheval.hf.ssm import UnsupportedModel, is_ssm, owned_path
 from mecheval.models.lm import gather_positions, name_sites
-from mecheval.models.sites import Site
+from mecheval.models.sites import Site, record
 
 PROBE = (2, 12)  # batch and length of the probe input that checks the map
 
@@ -219,39 +219,19 @@ class HFLM(nn.Module):
         layer (the block-list swap and the final norm + head)."""
         was = self.model.training
         self.eval()
+        last = len(self.layers) - 1
+        name = type(self.model).__name__
         try:
             ids = torch.randint(0, self.head.out_features, PROBE, generator=torch.Generator().manual_seed(0))
             ids = ids.to(self.head.weight.device)
             ref = self.model(input_ids=ids, use_cache=False).logits
-            _check_close(f"{type(self.model).__name__}: the wrapped forward", self._run_raw(ids), ref)
-            x = self._input_of(len(self.layers) - 1, ids)
-            _check_close(f"{type(self.model).__name__}: forward_from(last layer) (the block list swapped for its tail)",
-                         self._raw_from(len(self.layers) - 1, x), ref)
+            with self._hooked(0), record({"x": self.layers[last].resid_pre}) as seen:
+                _check_close(f"{name}: the wrapped forward", self.model(input_ids=ids, use_cache=False).logits, ref)
+            with self._hooked(last, seen["x"]):
+                got = self.model(input_ids=torch.zeros_like(ids), use_cache=False).logits
+            _check_close(f"{name}: forward_from(last layer) (the block list swapped for its tail)", got, ref)
         finally:
             self.train(was)
-
-    def _run_raw(self, ids):
-        with self._hooked(0):
-            return self.model(input_ids=ids, use_cache=False).logits
-
-    def _raw_from(self, layer, x):
-        with self._hooked(layer, x):
-            return self.model(input_ids=torch.zeros_like(x[..., 0], dtype=torch.long), use_cache=False).logits
-
-    def _input_of(self, layer: int, ids: torch.Tensor) -> torch.Tensor:
-        with self._hooked(0), record_first(self.layers[layer].resid_pre) as store:
-            self.model(input_ids=ids, use_cache=False)
-        return store["x"]
-
-
-@contextlib.contextmanager
-def record_first(site: nn.Module) -> Iterator[dict]:
-    store = {}
-    h = site.register_forward_hook(lambda _m, _a, out: store.setdefault("x", out))
-    try:
-        yield store
-    finally:
-        h.remove()
 
 
 def wrap(model: nn.Module, vocab: torch.Tensor | None = None) -> HFLM:
