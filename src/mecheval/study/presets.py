@@ -153,7 +153,7 @@ def _plugin_point(path: str) -> dict:
     from mecheval.models.mixers import mixer_spec
     from mecheval.plugins import load
 
-    obj = load(path, "architecture")
+    obj = load(path, "mixer")  # the error names it as before --archs took transformers models
     if isinstance(obj, dict) and "hf" in obj:
         return {"model.hf": obj["hf"], "model.config": dict(obj.get("config", {}))}
     if isinstance(obj, type) and getattr(obj, "config_class", None) is not None:
