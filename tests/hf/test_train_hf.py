@@ -76,3 +76,14 @@ def test_study_archs_take_transformers_models():
     assert [m.hf for m in hf] == ["transformers:MambaForCausalLM", "GPT2LMHeadModel"]
     assert all(m.d_model == 64 for m in hf) and hf[1].config["n_head"] == 1
     assert arch_parts(pd.Series({"model.hf": "transformers:MambaForCausalLM"})) == ("hf:MambaForCausalLM", None)
+
+
+def test_best_lr_groups_zoo_and_transformers_runs_whose_fields_are_missing():
+    """A study mixing both has NaN in the other kind's config columns (pandas 3 keeps NaN through astype(str))."""
+    from mecheval.sweeps.table import best_lr
+
+    nan = float("nan")
+    df = pd.DataFrame({"name": list("abcd"), "status": ["done"] * 4, "model.preset": ["mamba", "mamba", nan, nan],
+                       "model.hf": [nan, nan, "MambaForCausalLM", "MambaForCausalLM"], "optim.lr": [1e-3, 3e-3] * 2,
+                       "summary.final.test.acc": [0.2, 0.9, 0.8, 0.1]})
+    assert sorted(best_lr(df)["name"]) == ["b", "c"]  # the best learning rate of each

@@ -183,3 +183,12 @@ def test_wrapping_leaves_the_model_as_it_was():
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
     assert all("forward" not in vars(m) for m in model.modules())
     assert len(model.backbone.layers) == 2 and {n: type(m).forward for n, m in model.named_modules()} == before
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_built_on_the_meta_device_it_lists_the_same_sites(family):
+    """What `mecheval sweep`'s preflight and `intervene`'s argument check do: no weights, no compute on them."""
+    with torch.device("meta"):
+        lm = wrap(tiny(family))
+    assert next(lm.parameters()).is_meta
+    assert list(lm.sites()) == list(wrap(tiny(family)).sites())

@@ -88,14 +88,15 @@ class HFLM(nn.Module):
             raise UnsupportedModel(f"{type(model).__name__}: get_output_embeddings() is None (not a causal LM with a head)")
         for name, m in (("_parent", parent), ("head", head)):  # the model's modules, not registered twice
             object.__setattr__(self, name, m)
-        calls, inputs, outputs, after = _probe(model, blocks, parent)
+        meta = next(model.parameters()).is_meta  # built to list sites or check a config: no values to check
+        calls, inputs, outputs, after = _probe(_materialised(model) if meta else model)
         layers = []
         for i, block in enumerate(blocks):
             what = f"{type(model).__name__} layer {i} ({type(block).__name__})"
             _check_block(what, calls[i], inputs[i], outputs[i])
             mixer = getattr(block, calls[i][1])
             path = owned_path(mixer, i, what) if is_ssm(mixer) else None
-            if path is not None:
+            if path is not None and not meta:
                 _check_close(f"{what}: the owned re-scan of {calls[i][1]}", path(inputs[i][calls[i][1]]), outputs[i][calls[i][1]])
             layers.append(HFBlock(block, calls[i], path))
         self.layers = layers  # a plain list: the blocks' transformers modules stay registered once, in `model`
@@ -103,7 +104,8 @@ class HFLM(nn.Module):
             raise UnsupportedModel(f"{type(model).__name__}: expected one final norm called after the last block, found {after}")
         object.__setattr__(self, "norm_f", getattr(self._parent, after[0]))  # not registered: the model's
         self._sites = name_sites(self.layers)
-        self._check_readout()
+        if not meta:
+            self._check_readout()
 
     def sites(self) -> "OrderedDict[str, Site]":
         """Site name -> identity module, in forward order (module docstring)."""
@@ -222,8 +224,7 @@ class HFLM(nn.Module):
         last = len(self.layers) - 1
         name = type(self.model).__name__
         try:
-            ids = torch.randint(0, self.head.out_features, PROBE, generator=torch.Generator().manual_seed(0))
-            ids = ids.to(self.head.weight.device)
+            ids = _probe_ids(self.head.out_features, self.head.weight.device)
             ref = self.model(input_ids=ids, use_cache=False).logits
             with self._hooked(0), record({"x": self.layers[last].resid_pre}) as seen:
                 _check_close(f"{name}: the wrapped forward", self.model(input_ids=ids, use_cache=False).logits, ref)
@@ -255,10 +256,28 @@ def find_blocks(model: nn.Module) -> tuple[nn.Module, str, nn.ModuleList]:
     return found[0][:3]
 
 
-def _probe(model: nn.Module, blocks: nn.ModuleList, parent: nn.Module):
-    """One eval forward on a probe input recording, per block, its direct children in call order with
-    their inputs and outputs (block input under "", output under "out"), and the parent's children
-    called after the last block."""
+def _probe_ids(vocab: int, device: torch.device) -> torch.Tensor:
+    """The probe input: PROBE random token ids (seeded), on `device`."""
+    return torch.randint(0, vocab, PROBE, generator=torch.Generator().manual_seed(0), device="cpu").to(device)
+
+
+def _materialised(model: nn.Module) -> nn.Module:
+    """A copy on the CPU with zero weights of a model built on the meta device (its probe's structure,
+    found by names, is the model's)."""
+    import copy
+
+    with torch.device("cpu"):
+        twin = copy.deepcopy(model).to_empty(device="cpu")
+        for t in (*twin.parameters(), *twin.buffers()):
+            t.data.zero_()
+    return twin
+
+
+def _probe(model: nn.Module):
+    """One eval forward on a probe input recording, per block, its direct children (by name) in call
+    order with their inputs and outputs (block input under "", output under "out"), and the names of the
+    blocks' parent's children called after the last block."""
+    parent, _, blocks = find_blocks(model)
     calls = [[] for _ in blocks]
     inputs = [{} for _ in blocks]
     outputs = [{} for _ in blocks]
@@ -291,10 +310,9 @@ def _probe(model: nn.Module, blocks: nn.ModuleList, parent: nn.Module):
     was = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            dev = next(model.parameters()).device
-            ids = torch.randint(0, model.get_output_embeddings().out_features, PROBE, generator=torch.Generator().manual_seed(0))
-            model(input_ids=ids.to(dev), use_cache=False)
+        dev = next(model.parameters()).device
+        with torch.no_grad(), torch.device(dev):  # (inside a meta-device context: the twin's device)
+            model(input_ids=_probe_ids(model.get_output_embeddings().out_features, dev), use_cache=False)
     finally:
         model.train(was)
         for h in handles:

@@ -44,7 +44,7 @@ def collect(sweep_dir: str | Path) -> pd.DataFrame:
 def varying(df: pd.DataFrame) -> list[str]:
     """The config columns whose value differs between runs (what a sweep varied)."""
     config_cols = [c for c in df.columns if c not in ("name", "status") and not c.startswith("summary.")]
-    return [c for c in config_cols if df[c].astype(str).nunique() > 1]
+    return [c for c in config_cols if df[c].map(str).nunique() > 1]  # NaN (a field another kind of run lacks) counts
 
 
 def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -57,8 +57,9 @@ def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     if metric not in done.columns:
         raise KeyError(f"no column {metric!r} among finished runs; metrics: {[c for c in df.columns if c.startswith('summary.')]}")
     keys = [c for c in varying(done) if c not in (LR, SEED)]
-    # group on string forms: list-valued fields are JSON strings, but NaN/None must group too
-    group = done[keys].astype(str).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
+    # group on string forms: list-valued fields are JSON strings, but NaN/None must group too (map(str):
+    # pandas 3's astype(str) keeps NaN)
+    group = done[keys].map(str).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
     means = done.groupby([group, done[LR]])[metric].mean().rename("mean").reset_index()
     means.columns = ["group", LR, "mean"]
     chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")
