@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
-
-tr = pytest.importorskip("transformers")
 
 V = 40  # covers the small AR task's 35 tokens
 
 
 def tiny(family: str, vocab: int = V):
     """A tiny random-weight causal LM of `family` (eval mode, seeded)."""
+    import transformers as tr
+
     torch.manual_seed(0)
     mamba = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4)
     model = {

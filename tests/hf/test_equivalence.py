@@ -8,9 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.hf.conftest import tiny, tr
+from tests.hf.conftest import tiny
 
 from mecheval.hf.convert import from_gpt2, from_mamba
+
+tr = pytest.importorskip("transformers")  # the optional extra `hf`: these tests skip without it
 
 TOL = dict(atol=1e-5, rtol=1e-4)
 

@@ -10,10 +10,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.hf.conftest import tiny, tr  # noqa: F401
+from tests.hf.conftest import tiny
 
 from mecheval.cli import app
 from mecheval.hf.ar import WORD, ar_for, candidates, vocab_map
+
+tr = pytest.importorskip("transformers")  # the optional extra `hf`: these tests skip without it
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,6 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from tests.hf.conftest import tr  # noqa: F401
-
 from mecheval import load_run
 from mecheval.cli import app
 from mecheval.hf import HFLM
@@ -18,6 +16,8 @@ from mecheval.report.results import arch_parts
 from mecheval.study.presets import STUDIES
 from mecheval.sweeps.spec import SweepConfig, expand
 from mecheval.training.config import TrainConfig, format_validation_error
+
+tr = pytest.importorskip("transformers")  # the optional extra `hf`: these tests skip without it
 
 TASK = {"name": "ar", "params": {"n_pairs": 4, "n_keys": 16, "n_values": 16}}
 
@@ -87,3 +87,12 @@ def test_best_lr_groups_zoo_and_transformers_runs_whose_fields_are_missing():
                        "model.hf": [nan, nan, "MambaForCausalLM", "MambaForCausalLM"], "optim.lr": [1e-3, 3e-3] * 2,
                        "summary.final.test.acc": [0.2, 0.9, 0.8, 0.1]})
     assert sorted(best_lr(df)["name"]) == ["b", "c"]  # the best learning rate of each
+
+
+def test_without_transformers_an_hf_model_config_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if the extra were not installed
+    with pytest.raises(ValueError) as e:
+        TrainConfig.model_validate({"task": TASK, "steps": 1, "model": {"hf": "MambaForCausalLM"}})
+    assert "model.hf 'MambaForCausalLM' needs transformers: pip install 'mecheval[hf]'" in format_validation_error(e.value)

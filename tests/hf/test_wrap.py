@@ -8,12 +8,14 @@ import pytest
 import torch
 from torch import nn
 
-from tests.hf.conftest import FAMILIES, SSM, tiny, tr  # noqa: F401  (tr: skips without transformers)
+from tests.hf.conftest import FAMILIES, SSM, tiny
 
 from mecheval.hf import UnsupportedModel, wrap
 from mecheval.interventions.engine import Cell, answer_scores, patch_cells
 from mecheval.models.sites import attach, record
 from mecheval.tasks import make_task
+
+tr = pytest.importorskip("transformers")  # the optional extra `hf`: these tests skip without it
 
 # hand-kept paths, for the hand-made patches only: (blocks, norm1, mixer, mlp)
 PATHS = {
