@@ -108,3 +108,49 @@ def conv_binding_lm(vocab: int, n_layers: int = 2) -> LM:
         last.b_proj.weight.fill_(CONV_GAIN * s)  # β = sigmoid(CONV_GAIN) ≈ 1
         last.o_proj.weight.copy_(eye * COPY * s)
     return lm.eval()
+
+
+def carried_key_lm(vocab: int) -> LM:
+    """2-layer DeltaNet LM whose key reaches the read point (layer 1's input) only two positions later, at
+    value + 1: the published cells (key, value, query) miss it.
+
+    Residual layout (d = 2V): [tok: V | lag2: V]. Layer 0 writes tok(t − 2) into `lag2` (constant q and k,
+    so S holds the last v, and v = tok two positions back through its conv of kernel 3). Layer 1 (conv of
+    kernel 3) binds k_t = lag2(t) to v_t = tok(t − 1): at value + 1 the row key -> value; the query's
+    q = tok(query) reads the value back. Corrupting the key changes the read point at the key (which layer 1
+    only uses as a value for another row) and at value + 1 (which alone carries it to the answer).
+    """
+    V, d = vocab, 2 * vocab
+    lm = build_model(dict(vocab_size=vocab, d_model=d, n_layers=2, mixer="deltanet", d_conv=3, mlp=False,
+                          norm="rmsnorm", max_len=64))
+    tok, lag2 = slice(0, V), slice(V, d)
+    eye = torch.eye(V)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.zero_()
+        lm.embed.weight[:, tok] = eye
+        c = float(lm.embed_tokens(torch.zeros(1, 1, dtype=torch.long))[0, 0, 0])
+        lm.embed.weight[:, tok] = eye / c
+        lm.norm_f.weight.fill_(HEAD_GAIN * c)
+        s = d**-0.5
+        for block in lm.layers:
+            block.norm1.weight.fill_(1.0)
+            block.mixer.o_norm.weight.fill_(1.0)
+            block.mixer.b_proj.weight.fill_(CONV_GAIN * s)  # β ≈ 1: each write replaces the row
+        first, last = lm.layers[0].mixer, lm.layers[1].mixer
+        wq, wk, wv = first.qkv.weight.split(d)  # [d, d] each: channels <- residual
+        wq[0, tok] = wk[0, tok] = CONV_GAIN * s  # q = k = e0 at every token
+        wv[tok, tok] = eye * CONV_GAIN * s
+        w = first.conv.weight  # [3d, 1, 3]; tap 2 = lag 0, tap 0 = lag 2
+        w[: 2 * d, 0, 2] = 1.0
+        w[2 * d :, 0, 0] = 1.0
+        first.o_proj.weight[lag2, tok] = eye * s
+        wq, wk, wv = last.qkv.weight.split(d)
+        wq[tok, tok] = eye * CONV_GAIN * s  # q = tok(t)
+        wk[tok, lag2] = eye * CONV_GAIN * s  # k = lag2(t) = tok(t - 2)
+        wv[tok, tok] = eye * CONV_GAIN * s  # v = tok(t - 1) through the conv
+        w = last.conv.weight
+        w[: 2 * d, 0, 2] = 1.0
+        w[2 * d :, 0, 1] = 1.0
+        last.o_proj.weight[tok, tok] = eye * COPY * s
+    return lm.eval()

@@ -136,6 +136,8 @@ def test_verdicts_of_earlier_rules_are_decided_anew_without_retraining(tiny_stud
     shutil.copytree(tiny_study[0], out)
     verdicts = sorted(out.glob("runs/*/verdict.json"))
     assert verdicts and all(verdict_is_current(v.parent) for v in verdicts)
+    for v in verdicts:  # the full-window readout is written beside the verdict and read by it
+        assert (v.parent / "carriers.parquet").exists() and "window@carriers" in json.loads(v.read_text())
     for v in verdicts:  # as the earlier rules wrote it: a point-estimate label, no `rules`
         row = json.loads(v.read_text())
         v.write_text(json.dumps({k: val for k, val in row.items() if k != "rules"} | {"verdict": "mixed"}))

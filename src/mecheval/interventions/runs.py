@@ -3,6 +3,7 @@
     RUN_DIR/interventions.parquet        every (corrupt role, layer, site, position) row
     RUN_DIR/interventions/{role}_{site}.png   layer × position heatmaps
     RUN_DIR/interventions/{role}_profile.png  attribution per role at every block boundary
+    RUN_DIR/carriers.parquet             the full-window readout at the verdict's read point (`carriers.py`)
     RUN_DIR/accuracy.parquet             accuracy (Wilson 95% interval) per artefact subset and key distance
     RUN_DIR/conv_window.parquet, conv_ablation.parquet, interventions/conv_window.png   (--analysis conv-window)
     RUN_DIR/state_curve.parquet, interventions/state_curve.png   (--analysis state, models with a state)
@@ -22,6 +23,7 @@ from mecheval.common import atomic_write_text
 
 from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_table, example_table
 from mecheval.interventions.artefact import short_convs, subsets
+from mecheval.interventions.carriers import carriers_table
 from mecheval.interventions.conv_window import conv_ablation, conv_window
 from mecheval.interventions.patching import interchange
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
@@ -78,17 +80,25 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
     return table
 
 
-VERDICT_RULES = 2  # verdict.json's `rules`: 2 = labels decided by intervals, the joint key&query patch (1: points)
+# verdict.json's `rules`: 3 = labels decided by intervals, direct retrieval by the full-window readout's
+# joint patch where read (2: by the joint key&query patch; 1: points)
+VERDICT_RULES = 3
 
 
-def read_verdict(df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float) -> Verdict | None:
+def read_verdict(
+    df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float, carriers: pd.DataFrame | None = None
+) -> Verdict | None:
     """The verdict of an interventions table (sufficiency rows with `resid_pre`), None where it has nothing to read."""
     if "resid_pre" not in set(df["site"]):
         return None
     try:
-        return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window)
+        return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window, carriers=carriers)
     except NothingToRead:  # a 1-layer model without a conv: nothing to read but the embedding
         return None
+
+
+def _optional(path: Path) -> pd.DataFrame | None:
+    return pd.read_parquet(path) if path.exists() else None
 
 
 def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: str = "patched") -> None:
@@ -102,14 +112,14 @@ def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: st
 
 def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
     """verdict.json decided anew by the current rules from the run's committed tables (interventions.parquet,
-    conv_window.parquet where present): no model is built, nothing is patched. A table without the joint
-    key&query rows is read with the published sum and its intervals' sum. None where nothing can be read."""
+    conv_window.parquet and carriers.parquet where present): no model is built, nothing is patched. A
+    table without the full-window readout is read with the joint key&query rows, and without those with the
+    published sum and its intervals' sum. None where nothing can be read."""
     run_dir = Path(run_dir)
     df = pd.read_parquet(run_dir / "interventions.parquet")
-    window_path = run_dir / "conv_window.parquet"
-    window = pd.read_parquet(window_path) if window_path.exists() else None
     corrupt = str(df["corrupt"].iloc[0])
-    verdict = read_verdict(df, window, corrupt, min_effect)
+    verdict = read_verdict(df, _optional(run_dir / "conv_window.parquet"), corrupt, min_effect,
+                           _optional(run_dir / "carriers.parquet"))
     if verdict is not None:
         write_verdict(run_dir, verdict, min_effect, source="relabelled")
     return verdict
@@ -145,7 +155,9 @@ def intervene_run(
     `state` (state_curve.parquet, `state_readout`; models with a recurrent state that learned the task);
     `method` "gradient" estimates the cells by attribution patching (`interchange`).
     Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance) and, for
-    single-answer tasks, examples.parquet (`example_table`: the same per example, for like-for-like comparisons).
+    single-answer tasks, examples.parquet (`example_table`: the same per example, for like-for-like comparisons)
+    and, read in the sufficiency direction, carriers.parquet (the full-window readout at the verdict's read
+    point, which the verdict reads).
     """
     from mecheval import load_run
 
@@ -182,7 +194,7 @@ def intervene_model(
     if batch.answer.dim() == 1:  # per example, so that runs read on these examples compare like for like
         example_table(lm, batch, masks).to_parquet(run_dir / EXAMPLES, index=False)
     window = None
-    for name in ("conv_window.parquet", "conv_ablation.parquet", "state_curve.parquet"):
+    for name in ("conv_window.parquet", "conv_ablation.parquet", "state_curve.parquet", "carriers.parquet"):
         (run_dir / name).unlink(missing_ok=True)  # a previous call's
     outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
     if "conv-window" in analyses and short_convs(lm):
@@ -200,6 +212,10 @@ def intervene_model(
     if window is not None and not window.empty:
         conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
     verdict = read_verdict(df, window, corrupt[0], min_effect) if direction == "sufficiency" else None
+    if verdict is not None and batch.answer.dim() == 1:  # the full-window readout where the verdict reads
+        carriers = carriers_table(lm, task, batch, corrupt[0], verdict.site, verdict.layer, seed=seed, subsets=masks)
+        carriers.to_parquet(run_dir / "carriers.parquet", index=False)
+        verdict = read_verdict(df, window, corrupt[0], min_effect, carriers)
     if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
         write_state_readout(run_dir, lm, task, outside, corrupt[0], seed)
     if verdict is not None:

@@ -21,14 +21,20 @@ data decide neither it nor its failure (the detail names the interval that strad
     induction         attrib@value >= high and attrib@query <= low: the association is stored at the
                       value position and read out by the last layer
     direct retrieval  attrib@value <= low and the key and query side >= high. The key and query side is
-                      the key and the query patched together (position `key&query`) where the table has
-                      it (singles do not add up: a key's information sits in more than one position);
-                      else the published sum attrib@query + attrib@key, with the sum of the two intervals.
+                      every position that can carry the key patched together (`carriers`: key, value, the
+                      positions after the value inside the read layer's conv window, sep and query; the
+                      full-window readout, `carriers.py`) where given; else the key and the query patched
+                      together (position `key&query`) where the table has it (singles do not add up: a
+                      key's information sits in more than one position); else the published sum
+                      attrib@query + attrib@key, with the sum of the two intervals.
                       The study counts two readings under this label, which `detail` separates:
-                        @query >= @key  the answer is already at the query before the read point;
-                        @key > @query   the layer after the read point combines key and value itself
-                                        (for a conv mixer: inside its short conv window, named from
-                                        the conv-window table where one is given)
+                        the query restores most  the answer is already at the query before the read point;
+                        another position does    the layer after the read point combines key and value
+                                        itself (for a conv mixer: inside its short conv window, named
+                                        from the conv-window table where one is given)
+                      (without the full-window readout: @query >= @key, or @key > @query).
+With the full-window readout, `detail` also says how much of the effect the published three positions
+explain jointly, how much every carrier does, and which positions beyond the three hold the rest.
     mixed             every label above decidedly fails
     inconclusive      neither a label nor the failure of every label is decided
 """
@@ -36,10 +42,11 @@ data decide neither it nor its failure (the detail names the interval that strad
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
+from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED
 from mecheval.interventions.conv_window import best_cell
 
 LABELS = ("induction", "direct retrieval", "mixed", "not learned", "inconclusive")
@@ -71,13 +78,17 @@ class Verdict:
     interval_effect: tuple[float, float] = (math.nan, math.nan)
     attrib_joint: float = math.nan  # the key and query patched together (JOINT), where read
     interval_joint: tuple[float, float] = (math.nan, math.nan)
+    # the full-window readout where read (`carriers.py`): cell -> (attrib, lo, hi)
+    window: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def as_row(self) -> dict:
-        row = {k: v for k, v in asdict(self).items() if not k.startswith(("attrib_", "interval_", "label"))}
+        row = {k: v for k, v in asdict(self).items() if not k.startswith(("attrib_", "interval_", "label", "window"))}
         row["verdict"] = self.label
-        for role, field in (*((r, r) for r in ROLES), (JOINT, "joint")):
-            row[f"attrib@{role}"] = getattr(self, f"attrib_{field}")
-            row[f"attrib@{role}_lo"], row[f"attrib@{role}_hi"] = getattr(self, f"interval_{field}")
+        for role, name in (*((r, r) for r in ROLES), (JOINT, "joint")):
+            row[f"attrib@{role}"] = getattr(self, f"attrib_{name}")
+            row[f"attrib@{role}_lo"], row[f"attrib@{role}_hi"] = getattr(self, f"interval_{name}")
+        for cell, (point, lo, hi) in self.window.items():
+            row[f"window@{cell}"], row[f"window@{cell}_lo"], row[f"window@{cell}_hi"] = point, lo, hi
         row["effect_lo"], row["effect_hi"] = self.interval_effect
         return row
 
@@ -106,13 +117,15 @@ def mechanism(
     layer: int | None = None,
     subset: str | None = None,
     conv_window: pd.DataFrame | None = None,
+    carriers: pd.DataFrame | None = None,
 ) -> Verdict:
     """The verdict from an `interchange` table (see the module docstring for the rules).
 
     high/low: attribution thresholds; min_effect: the smallest p_clean − p_corrupt kept; corrupt: the
     corrupted role read; site/layer: override the read point (`read_point`); subset: the examples
     (default `outside` where present, else `all`); conv_window: a `conv_window` table, to name where a
-    combining layer binds key and value.
+    combining layer binds key and value; carriers: a `carriers.carriers_table` (the full-window readout;
+    its rows at the read point are used).
     """
     rows = df[df["corrupt"] == corrupt]
     if "direction" in rows:
@@ -135,7 +148,10 @@ def mechanism(
     effect = float(rows["p_clean"].iloc[0] - rows["p_corrupt"].iloc[0])
     effect_ci = _effect_interval(rows, effect)
     where = f"{'the input of layer' if site == 'resid_pre' else site + ' of layer'} {layer}"
-    if JOINT in rows.index:
+    window = _window(carriers, corrupt, subset, site, layer)
+    if CARRIERS in window:
+        side, side_ci, side_name = window[CARRIERS][0], window[CARRIERS][1:], f"@{CARRIERS}"
+    elif JOINT in rows.index:
         side, side_ci, side_name = at[JOINT], ci[JOINT], f"@{JOINT}"
     else:
         side, side_ci, side_name = at["key"] + at["query"], _sum(ci["key"], ci["query"]), "@key + @query"
@@ -158,10 +174,12 @@ def mechanism(
         detail += "".join(_conv_detail(conv_window, i, f", formed in layer {i}'s") for i in range(layer))
     elif held["direct retrieval"]:
         label = "direct retrieval"
-        if at["query"] >= at["key"]:
-            detail = f"answer already at the query by {where} (@query {_fmt(at['query'], ci['query'])}; {tests['side high'][1]})"
+        best = _best_single(window) or ("query" if at["query"] >= at["key"] else "key")
+        cell = window.get(best) or (at[best], *ci[best])
+        if best == "query":
+            detail = f"answer already at the query by {where} (@query {_fmt(cell[0], cell[1:])}; {tests['side high'][1]})"
         else:
-            detail = f"layer {layer} combines key and value itself (@key {_fmt(at['key'], ci['key'])} at {where}; {tests['side high'][1]})"
+            detail = f"layer {layer} combines key and value itself (@{best} {_fmt(cell[0], cell[1:])} at {where}; {tests['side high'][1]})"
             detail += _conv_detail(conv_window, layer, ", in its")
     elif all(v is False for v in held.values()):
         label = "mixed"
@@ -169,9 +187,42 @@ def mechanism(
     else:
         undecided = [tests[t][1] for names in rules.values() for t in names if tests[t][0] is None]
         label, detail = "inconclusive", f"at {where} the interval straddles the threshold: " + "; ".join(dict.fromkeys(undecided))
+    if window and label != "not learned":
+        detail += "; " + window_detail(window)
     n = int(rows["n"].iloc[0]) if "n" in rows else 0
     return Verdict(label, detail, effect, layer, site, subset, n, at["key"], at["value"], at["query"],
-                   ci["key"], ci["value"], ci["query"], effect_ci, at[JOINT], ci[JOINT])
+                   ci["key"], ci["value"], ci["query"], effect_ci, at[JOINT], ci[JOINT], window)
+
+
+SHOWN = 0.05  # a single position beyond the published three is named in the detail from this attribution on
+
+
+def _window(carriers: pd.DataFrame | None, corrupt: str, subset: str, site: str, layer: int) -> dict:
+    """The full-window cells read at the read point: name -> (attrib, lo, hi); {} where not given."""
+    if carriers is None or carriers.empty:
+        return {}
+    rows = carriers[(carriers["corrupt"] == corrupt) & (carriers["site"] == site) & (carriers["layer"] == layer)]
+    if "subset" in rows:
+        rows = rows[rows["subset"] == subset]
+    return {r["position"]: (float(r["attrib"]), float(r["attrib_lo"]), float(r["attrib_hi"])) for _, r in rows.iterrows()}
+
+
+def _best_single(window: dict) -> str | None:
+    """The single position of the full-window readout restoring most; None where not read."""
+    singles = {k: v[0] for k, v in window.items() if k not in JOINTS}
+    return max(singles, key=singles.get) if singles else None
+
+
+def window_detail(window: dict) -> str:
+    """How much of the effect the published three positions explain and where the rest is, in words."""
+    cell = lambda name: _fmt(window[name][0], window[name][1:])  # noqa: E731
+    extra = sorted((k for k in window if k not in (*JOINTS, *ROLES) and window[k][0] >= SHOWN),
+                   key=lambda k: -window[k][0])
+    singles = [k for k in window if k not in JOINTS]
+    text = (f"full window: key, value, query together restore {cell(PUBLISHED)}; "
+            f"{', '.join(singles)} together {cell(CARRIERS)}")
+    text += f"; beyond the three: {', '.join(f'@{k} {cell(k)}' for k in extra)}" if extra else "; no single position beyond the three restores >= 0.05"
+    return text + f"; the other positions between key and answer together {cell(OTHERS)}"
 
 
 def _interval(rows: pd.DataFrame, position: str) -> tuple[float, float]:
