@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from mecheval.interventions import interchange, mechanism
+from mecheval.interventions.artefact import distance_subsets, subsets
 from mecheval.interventions.carriers import CARRIERS, OTHERS, PUBLISHED, WINDOW, carrier_positions, carriers_table, read_kernel
 from mecheval.tasks import make_task
 from tests.interventions.handbuilt import carried_key_lm, induction_lm
@@ -58,3 +61,26 @@ def test_on_an_induction_model_the_published_three_explain_the_effect(ar_task, b
     assert v.label == "induction"
     assert v.window[PUBLISHED][0] == pytest.approx(1, abs=1e-3) and v.window[CARRIERS][0] == pytest.approx(1, abs=1e-3)
     assert list(carriers["position"])[:3] == ["key", "value", "sep"]  # attention: no conv, the window is key and value
+
+
+QUICK_MAMBA = Path(__file__).parents[2] / "results/cpu/quick/runs/preset-mamba_lr-0.003_seed-0"
+
+
+@pytest.mark.skipif(not QUICK_MAMBA.exists(), reason="the committed cpu-scale quick study is not in this checkout")
+def test_on_the_trained_quick_mamba_the_window_explains_what_the_published_three_miss():
+    """The committed quick Mamba (d_conv 4, seed 0) at layer 1's input, by the queried key's distance: the
+    published three together explain less of the effect the farther the pair (the key's information spreads
+    over key … value+3), every carrier together all of it, the other positions nothing; at distance 3 (inside
+    the control's reach) the query alone holds the answer."""
+    from mecheval import load_run
+
+    lm, task, _ = load_run(QUICK_MAMBA)
+    batch = task.sample(256, seed=11, split="test")
+    df = carriers_table(lm, task, batch, "key", "resid_pre", 1, seed=1, n_boot=200,
+                        subsets=subsets(lm, batch) | distance_subsets(batch))
+    at = df.pivot_table(index="position", columns="subset", values="attrib")
+    lo = df.pivot_table(index="position", columns="subset", values="attrib_lo")
+    assert at.at["query", "distance 3"] > 0.95
+    assert at.at[PUBLISHED, "distance 9"] < at.at[PUBLISHED, "distance 5"] and at.at[PUBLISHED, "distance 9"] < 0.85
+    for subset in ("outside", "distance 5", "distance 7", "distance 9"):
+        assert lo.at[CARRIERS, subset] > 0.95 and abs(at.at[OTHERS, subset]) < 0.05, subset

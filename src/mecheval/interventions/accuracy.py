@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mecheval.interventions.artefact import key_distance
+from mecheval.interventions.artefact import distance_subsets, key_distance
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.interventions.patching import LENGTH_GROUPS
 from mecheval.models.lm import LM
@@ -73,10 +73,7 @@ def example_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.Da
 def accuracy_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
     """One row per subset in `masks` and per key distance (single-answer tasks)."""
     correct = correct_answers(lm, batch)  # [B, Q]
-    groups = dict(masks)
-    if batch.answer.dim() == 1:
-        dist = key_distance(batch)
-        groups |= {f"distance {int(d)}": dist == d for d in torch.unique(dist)}
+    groups = dict(masks) | distance_subsets(batch)
     rows = []
     for name, mask in groups.items():
         k, n = int(correct[mask].sum()), int(mask.sum()) * correct.shape[1]

@@ -50,6 +50,15 @@ def inside_reach(lm: LM, batch: Batch) -> torch.Tensor:
     return inside if inside.dim() == 1 else inside.any(-1)
 
 
+def distance_subsets(batch: Batch) -> dict[str, torch.Tensor]:
+    """`distance d` -> [B] bool: the examples whose queried key lies d positions before the answer
+    (single-answer batches; {} for multi-query ones)."""
+    if batch.answer.dim() != 1:
+        return {}
+    dist = key_distance(batch)
+    return {f"distance {int(d)}": dist == d for d in torch.unique(dist)}
+
+
 def subsets(lm: LM, batch: Batch) -> dict[str, torch.Tensor]:
     """The example masks readouts are split by: `all`, `outside` (the default readout), `inside`."""
     inside = inside_reach(lm, batch)

@@ -22,7 +22,7 @@ import pandas as pd
 from mecheval.common import atomic_write_text
 
 from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_table, example_table
-from mecheval.interventions.artefact import short_convs, subsets
+from mecheval.interventions.artefact import distance_subsets, short_convs, subsets
 from mecheval.interventions.carriers import carriers_table
 from mecheval.interventions.conv_window import conv_ablation, conv_window
 from mecheval.interventions.patching import interchange
@@ -97,6 +97,22 @@ def read_verdict(
         return None
 
 
+def read_with_carriers(
+    lm, task, batch, df: pd.DataFrame, masks: dict, corrupt: str, min_effect: float, window: pd.DataFrame | None,
+    seed: int = 0,
+) -> tuple[Verdict | None, pd.DataFrame | None]:
+    """(the verdict, the full-window table): `read_verdict`, then the full-window readout (`carriers.py`)
+    at its read point, also by the queried key's distance from the answer (subsets `distance d`: where the
+    artefact control's trivial readouts are), and the verdict decided again with it (single-answer batches;
+    else without it)."""
+    verdict = read_verdict(df, window, corrupt, min_effect)
+    if verdict is None or batch.answer.dim() != 1:
+        return verdict, None
+    carriers = carriers_table(lm, task, batch, corrupt, verdict.site, verdict.layer, seed=seed,
+                              subsets=masks | distance_subsets(batch))
+    return read_verdict(df, window, corrupt, min_effect, carriers), carriers
+
+
 def _optional(path: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.exists() else None
 
@@ -110,18 +126,46 @@ def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: st
     atomic_write_text(run_dir / "verdict.json", json.dumps(row, indent=2) + "\n")
 
 
-def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
+def relabel_run(run_dir: Path, min_effect: float, full_window: bool = False) -> Verdict | None:
     """verdict.json decided anew by the current rules from the run's committed tables (interventions.parquet,
     conv_window.parquet and carriers.parquet where present): no model is built, nothing is patched. A
     table without the full-window readout is read with the joint key&query rows, and without those with the
-    published sum and its intervals' sum. None where nothing can be read."""
+    published sum and its intervals' sum. full_window: patch the full-window readout first (`add_carriers`:
+    the weights are loaded, nothing is trained). None where nothing can be read."""
     run_dir = Path(run_dir)
     df = pd.read_parquet(run_dir / "interventions.parquet")
     corrupt = str(df["corrupt"].iloc[0])
-    verdict = read_verdict(df, _optional(run_dir / "conv_window.parquet"), corrupt, min_effect,
-                           _optional(run_dir / "carriers.parquet"))
+    window = _optional(run_dir / "conv_window.parquet")
+    if full_window:
+        verdict = add_carriers(run_dir, df, window, corrupt, min_effect)
+        source = "relabelled, full window patched"
+    else:
+        verdict = read_verdict(df, window, corrupt, min_effect, _optional(run_dir / "carriers.parquet"))
+        source = "relabelled"
     if verdict is not None:
-        write_verdict(run_dir, verdict, min_effect, source="relabelled")
+        write_verdict(run_dir, verdict, min_effect, source=source)
+    return verdict
+
+
+def add_carriers(run_dir: Path, df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float,
+                 seed: int = 0) -> Verdict | None:
+    """The full-window readout of an intervened run, patched on the batch its interventions table was read on
+    (test split, `seed`, the table's n), written to carriers.parquet; the verdict read with it. ValueError where
+    the table was read on another batch (its p_clean differs)."""
+    from mecheval import load_run
+
+    lm, task, _ = load_run(run_dir)
+    n = int(df.loc[df["subset"] == "all", "n"].iloc[0])
+    batch = task.sample(n, seed=seed, split="test")
+    verdict, carriers = read_with_carriers(lm, task, batch, df, subsets(lm, batch), corrupt, min_effect, window, seed)
+    if carriers is None:
+        return verdict
+    ours = carriers.loc[(carriers["subset"] == "all") & (carriers["position"] == "key"), "p_clean"].iloc[0]
+    theirs = df.loc[(df["subset"] == "all") & (df["corrupt"] == corrupt), "p_clean"].iloc[0]
+    if abs(ours - theirs) > 1e-3:
+        raise ValueError(f"{run_dir}: interventions.parquet was read on another batch (p_clean {theirs:.4f}, "
+                         f"here {ours:.4f} on {n} test examples of seed {seed})")
+    carriers.to_parquet(run_dir / "carriers.parquet", index=False)
     return verdict
 
 
@@ -211,11 +255,10 @@ def intervene_model(
         layer_profile(part, run_dir / "interventions" / f"{role}_profile.png", title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {role}")
     if window is not None and not window.empty:
         conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
-    verdict = read_verdict(df, window, corrupt[0], min_effect) if direction == "sufficiency" else None
-    if verdict is not None and batch.answer.dim() == 1:  # the full-window readout where the verdict reads
-        carriers = carriers_table(lm, task, batch, corrupt[0], verdict.site, verdict.layer, seed=seed, subsets=masks)
+    verdict, carriers = (read_with_carriers(lm, task, batch, df, masks, corrupt[0], min_effect, window, seed)
+                         if direction == "sufficiency" else (None, None))
+    if carriers is not None:
         carriers.to_parquet(run_dir / "carriers.parquet", index=False)
-        verdict = read_verdict(df, window, corrupt[0], min_effect, carriers)
     if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
         write_state_readout(run_dir, lm, task, outside, corrupt[0], seed)
     if verdict is not None:

@@ -3,14 +3,15 @@
 `timeline(RUN_DIR)` reads the weights kept during training (`snapshots:` in the config,
 `snapshots/step-*.safetensors`) and, at each step, on one fixed batch (test split, `seed`): the
 accuracy (Wilson 95%), the clean residual patched in at the key, value and query at the input of
-every layer (key corrupted, with bootstrap 95% intervals), the verdict with its read point, and, where
+every layer (key corrupted, with bootstrap 95% intervals), the verdict with its read point (read with the
+full-window readout there, as the final verdict is), and, where
 the model has a short conv and has learned the task, the conv-window cell that restores most. Everything is read on the
 examples outside the conv reach (`artefact.py`), as the final readout is.
 
 RUN_DIR/timeline.parquet, one row per (step, boundary, role):
     step, boundary (i: the input of layer i), role, attrib, attrib_lo, attrib_hi,
     verdict, read_layer, acc, acc_lo, acc_hi, n, conv_cell, conv_attrib
-and the parameters it was computed with (n_examples, corrupt, seed, fingerprint). A second call
+and the parameters it was computed with (n_examples, corrupt, seed, fingerprint, the verdict rules). A second call
 computes only the snapshots not yet in the file (same parameters), writing after each one, so a killed
 call loses at most one snapshot's work; other parameters start the file afresh.
 """
@@ -27,10 +28,11 @@ from mecheval.interventions.accuracy import accuracy_table
 from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import best_cell, conv_window
 from mecheval.interventions.patching import interchange
-from mecheval.interventions.verdict import ROLES, NothingToRead, mechanism
+from mecheval.interventions.runs import VERDICT_RULES, read_verdict, read_with_carriers
+from mecheval.interventions.verdict import ROLES
 
 TIMELINE = "timeline.parquet"
-PARAMS = ("n_examples", "corrupt", "seed", "fingerprint")
+PARAMS = ("n_examples", "corrupt", "seed", "fingerprint", "rules")  # `rules`: the verdict rules (runs.VERDICT_RULES)
 
 
 def timeline(run_dir: str | Path, n: int = 256, corrupt: str = "key", seed: int = 0, min_effect: float = 0.01,
@@ -45,7 +47,7 @@ def timeline(run_dir: str | Path, n: int = 256, corrupt: str = "key", seed: int 
     steps = snapshot_steps(run_dir)
     if not steps:
         raise FileNotFoundError(f"{run_dir}: no snapshots (train with `snapshots: {{every: N}}` to keep them)")
-    params = {"n_examples": n, "corrupt": corrupt, "seed": seed, "fingerprint": cfg.fingerprint()}
+    params = {"n_examples": n, "corrupt": corrupt, "seed": seed, "fingerprint": cfg.fingerprint(), "rules": VERDICT_RULES}
     done = _previous(run_dir / TIMELINE, params)
     task = make_task(cfg.task.name, **cfg.task.params)
     lm = build_model(cfg.model).eval()
@@ -75,14 +77,11 @@ def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.Da
     """The readouts of one snapshot: rows per (boundary, role)."""
     df = interchange(lm, task, batch, corrupt, ["resid_pre"], list(ROLES), subsets=masks)
     acc = accuracy_table(lm, batch, masks).set_index("subset").loc[subset]
-    try:
-        verdict = mechanism(df, corrupt=corrupt, min_effect=min_effect)
-    except NothingToRead:
-        verdict = None
+    verdict = read_verdict(df, None, corrupt, min_effect)
     learned = verdict is None or verdict.label != "not learned"  # where nothing is learned, no conv binds
     window = conv_window(lm, task, read, corrupt=corrupt) if short_convs(lm) and learned else None
-    if window is not None and verdict is not None:
-        verdict = mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window)
+    if verdict is not None:
+        verdict, _ = read_with_carriers(lm, task, batch, df, masks, corrupt, min_effect, window)
     label, read_layer = (None, None) if verdict is None else (verdict.label, verdict.layer)
     cell = None if window is None or window.empty else best_cell(window)
     rows = df[df["subset"] == subset].copy()

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED
+from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED, WINDOW
 from mecheval.interventions.conv_window import best_cell
 
 LABELS = ("induction", "direct retrieval", "mixed", "not learned", "inconclusive")
@@ -219,9 +219,10 @@ def window_detail(window: dict) -> str:
     extra = sorted((k for k in window if k not in (*JOINTS, *ROLES) and window[k][0] >= SHOWN),
                    key=lambda k: -window[k][0])
     singles = [k for k in window if k not in JOINTS]
-    text = (f"full window: key, value, query together restore {cell(PUBLISHED)}; "
-            f"{', '.join(singles)} together {cell(CARRIERS)}")
-    text += f"; beyond the three: {', '.join(f'@{k} {cell(k)}' for k in extra)}" if extra else "; no single position beyond the three restores >= 0.05"
+    inner = [k for k in singles if k not in ("sep", "query")]
+    text = (f"full window: key, value, query together restore {cell(PUBLISHED)}; {', '.join(inner)} together "
+            f"{cell(WINDOW)}; {', '.join(singles)} together {cell(CARRIERS)}")
+    text += f"; singly beyond the three: {', '.join(f'@{k} {cell(k)}' for k in extra)}" if extra else f"; no single position beyond the three restores {SHOWN} or more"
     return text + f"; the other positions between key and answer together {cell(OTHERS)}"
 
 

@@ -106,17 +106,18 @@ def run_study(
     return build_report(out)
 
 
-def relabel_study(out: str | Path) -> Report:
+def relabel_study(out: str | Path, full_window: bool = False) -> Report:
     """Every intervened run of the study in `out` decided anew by the current verdict rules from its tables
-    (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained
-    or re-patched. Runs intervened before per-example tables existed get their examples.parquet
-    (`write_examples`: one forward pass on the study's examples)."""
+    (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained,
+    and nothing re-patched unless `full_window` (then the full-window readout is patched where the verdict
+    reads: `interventions.carriers`). Runs intervened before per-example tables existed get their
+    examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
     meta = json.loads((out / STUDY_JSON).read_text())
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         if (run_dir / "interventions.parquet").exists():
-            relabel_run(run_dir, study.min_effect)
+            relabel_run(run_dir, study.min_effect, full_window)
             if not (run_dir / EXAMPLES).exists():
                 write_examples(run_dir, meta["n_examples"])
     return build_report(out)
