@@ -30,6 +30,11 @@ def test_positions_cover_the_window_sep_and_query_and_nothing_past_the_answer(ar
     for b in range(len(batch)):  # `others`: every position strictly between key and answer not in a carrier, else key - 1
         free = set(range(int(key[b]) + 1, int(batch.answer_pos[b]))) - set(where[CARRIERS][b].tolist())
         assert set(where[OTHERS][b].tolist()) - {int(key[b]) - 1} == free
+    atr = make_task("atr", grammar="easy").sample(64, seed=0, split="test")  # the value may lie several positions after the key
+    key, value = atr.roles["key"], atr.roles["value"]
+    where = carrier_positions(atr, kernel=3)
+    assert [k for k in where if k.startswith("key+")] == ["key+1", "key+2"]
+    assert torch.equal(where["key+2"], torch.where(key + 2 < value, key + 2, key - 1))
     with pytest.raises(ValueError, match="single-answer"):
         carrier_positions(make_task("mqar", n_pairs=4).sample(4, seed=0), kernel=4)
 

@@ -3,11 +3,13 @@
 Corrupting the queried key changes the residual stream at the read point at the key and at every later
 position an earlier layer's conv or recurrence wrote it into; the published readout patches three of
 them (key, value, query). Here, at the verdict's read point, the positions the read layer's short conv
-(kernel k) can still combine with the value, and those the answer is read at:
+(kernel k) can still combine with the key or the value, and those the answer is read at:
 
-    key, value, value+1 … value+(k−1), sep, query     each singly (a position past the answer: no-op)
+    key, key+1 … key+(k−1) (those before the value; ATR: none on AR, where the value is key+1), value,
+    value+1 … value+(k−1), sep, query       each singly (a position past the answer or not before the
+                                            value: the no-op below)
     key&value&query   the published three together: how much of the effect they explain
-    window            key, value … value+(k−1) together
+    window            key … value+(k−1) as above, together
     carriers          window, sep and query together: every position named above
     others            every other position between the key and the answer together (later pairs:
                       what only a recurrence carries)
@@ -50,7 +52,9 @@ def carrier_positions(batch: Batch, kernel: int) -> dict[str, torch.Tensor]:
     def inside(p: torch.Tensor) -> torch.Tensor:
         return torch.where(p <= last, p, noop)
 
-    singles = {"key": key, "value": value} | {f"value+{j}": inside(value + j) for j in range(1, kernel)}
+    singles = {"key": key}
+    singles |= {f"key+{j}": torch.where(key + j < value, key + j, noop) for j in range(1, kernel) if (key + j < value).any()}
+    singles |= {"value": value} | {f"value+{j}": inside(value + j) for j in range(1, kernel)}
     singles |= {r: batch.roles[r] for r in ("sep", "query") if r in batch.roles}
     window = torch.stack([p for name, p in singles.items() if name not in ("sep", "query")], 1)
     carriers = torch.stack(list(singles.values()), 1)  # [B, K]
