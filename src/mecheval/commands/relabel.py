@@ -12,10 +12,10 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def relabel(
         path: Annotated[Path, typer.Argument(help="A study directory (with study.json).", exists=True, file_okay=False)],
-        full_window: Annotated[bool, typer.Option("--full-window", help="First patch the full-window readout at each verdict's read point (loads the weights; seconds per run).")] = False,
+        repatch: Annotated[bool, typer.Option("--repatch", help="Run every run's interventions again with the current code and the study's settings (loads the weights, trains nothing; seconds per run).")] = False,
     ) -> None:
-        """Re-decide every run's verdict.json from its committed tables (no training; no patching unless
-        --full-window) and rebuild the report; prints the summary table. Runs without a per-example table (examples.parquet)
+        """Re-decide every run's verdict.json from its committed tables (no training, no patching; with
+        --repatch, from tables patched anew) and rebuild the report; prints the summary table. Runs without a per-example table (examples.parquet)
         get one from a forward pass on the study's examples, for like-for-like comparisons."""
         from mecheval.report.terminal import print_summary
         from mecheval.study.run import relabel_study
@@ -23,4 +23,4 @@ def register(app: typer.Typer) -> None:
         if not (path / "study.json").exists():
             typer.echo(f"error: {path} has no study.json: not a study directory", err=True)
             raise typer.Exit(2)
-        print_summary(relabel_study(path, full_window))
+        print_summary(relabel_study(path, repatch))

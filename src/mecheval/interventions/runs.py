@@ -126,46 +126,18 @@ def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: st
     atomic_write_text(run_dir / "verdict.json", json.dumps(row, indent=2) + "\n")
 
 
-def relabel_run(run_dir: Path, min_effect: float, full_window: bool = False) -> Verdict | None:
+def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
     """verdict.json decided anew by the current rules from the run's committed tables (interventions.parquet,
     conv_window.parquet and carriers.parquet where present): no model is built, nothing is patched. A
     table without the full-window readout is read with the joint key&query rows, and without those with the
-    published sum and its intervals' sum. full_window: patch the full-window readout first (`add_carriers`:
-    the weights are loaded, nothing is trained). None where nothing can be read."""
+    published sum and its intervals' sum. None where nothing can be read."""
     run_dir = Path(run_dir)
     df = pd.read_parquet(run_dir / "interventions.parquet")
     corrupt = str(df["corrupt"].iloc[0])
-    window = _optional(run_dir / "conv_window.parquet")
-    if full_window:
-        verdict = add_carriers(run_dir, df, window, corrupt, min_effect)
-        source = "relabelled, full window patched"
-    else:
-        verdict = read_verdict(df, window, corrupt, min_effect, _optional(run_dir / "carriers.parquet"))
-        source = "relabelled"
+    verdict = read_verdict(df, _optional(run_dir / "conv_window.parquet"), corrupt, min_effect,
+                           _optional(run_dir / "carriers.parquet"))
     if verdict is not None:
-        write_verdict(run_dir, verdict, min_effect, source=source)
-    return verdict
-
-
-def add_carriers(run_dir: Path, df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float,
-                 seed: int = 0) -> Verdict | None:
-    """The full-window readout of an intervened run, patched on the batch its interventions table was read on
-    (test split, `seed`, the table's n), written to carriers.parquet; the verdict read with it. ValueError where
-    the table was read on another batch (its p_clean differs)."""
-    from mecheval import load_run
-
-    lm, task, _ = load_run(run_dir)
-    n = int(df.loc[df["subset"] == "all", "n"].iloc[0])
-    batch = task.sample(n, seed=seed, split="test")
-    verdict, carriers = read_with_carriers(lm, task, batch, df, subsets(lm, batch), corrupt, min_effect, window, seed)
-    if carriers is None:
-        return verdict
-    ours = carriers.loc[(carriers["subset"] == "all") & (carriers["position"] == "key"), "p_clean"].iloc[0]
-    theirs = df.loc[(df["subset"] == "all") & (df["corrupt"] == corrupt), "p_clean"].iloc[0]
-    if abs(ours - theirs) > 1e-3:
-        raise ValueError(f"{run_dir}: interventions.parquet was read on another batch (p_clean {theirs:.4f}, "
-                         f"here {ours:.4f} on {n} test examples of seed {seed})")
-    carriers.to_parquet(run_dir / "carriers.parquet", index=False)
+        write_verdict(run_dir, verdict, min_effect, source="relabelled")
     return verdict
 
 

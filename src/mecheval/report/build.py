@@ -109,6 +109,11 @@ def _agree(ours, theirs) -> str:
     return "agree" if ours == theirs else "disagree"
 
 
+def _listed(seeds: pd.Series) -> str:
+    """`0, 1, 2`: the seeds of a group, sorted."""
+    return ", ".join(str(int(v)) for v in sorted(set(seeds.dropna())))
+
+
 def _mode(values: pd.Series):
     """The most common value (ties: the first in sorted order), counting decided verdicts only (an
     `inconclusive` one where no seed was decided); None where all are missing."""
@@ -144,7 +149,9 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     means = [c for c in MEANS if c in best]
     g = best.groupby(by, sort=False, dropna=False)
     out = g[means].mean().join(g.agg(seeds=("seed", "nunique"), verdict=("verdict", _mode), task=("task.name", "first"),
-                                     verdicts=("verdict", _counts)))
+                                     verdicts=("verdict", _counts), seed_list=("seed", _listed)))
+    if "n" in best:  # the examples each verdict was read on (outside the conv reach), least and most over seeds
+        out = out.join(g.agg(n_min=("n", "min"), n_max=("n", "max")))
     shown = [c for c in INTERVALS if c in best]
     bounds = {key: {c: _interval(part, c) for c in shown} for key, part in g}
     for c in shown:
@@ -164,7 +171,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
             *(["acc_heldout"] if "acc_heldout" in out else []), *[c for c in with_ci if c.startswith("acc")],
             "published_acc", "verdict", "verdicts", *(["detail"] if "detail" in out else []), "published_verdict",
-            "agree", *[c for c in with_ci if c.startswith("attrib")], "effect"]
+            "agree", *[c for c in with_ci if c.startswith("attrib")], "effect", "seed_list",
+            *([c for c in ("n_min", "n_max") if c in out])]
     for c in ("attrib@key", "attrib@value", "attrib@query"):
         if c not in cols:
             cols.insert(cols.index("effect"), c)

@@ -108,15 +108,27 @@ def overview_table(summary: pd.DataFrame, formed: dict[str, dict]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def resting_on(summary: pd.DataFrame) -> str:
+    """What every statement below rests on: `1 seed each (seed 0), best learning rate; verdicts read on
+    384–512 test examples each`."""
+    seeds = sorted({int(s) for s in summary["seeds"]})
+    n_seeds = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
+    if "seed_list" in summary and summary["seed_list"].nunique() == 1:
+        n_seeds += f" ({'seed' if seeds == [1] else 'seeds'} {summary['seed_list'].iloc[0]})"
+    text = f"{n_seeds} each, best learning rate"
+    if "n_min" in summary and summary["n_min"].notna().any():
+        lo, hi = int(summary["n_min"].min()), int(summary["n_max"].max())
+        text += f"; verdicts read on {lo if lo == hi else f'{lo}–{hi}'} test examples each"
+    return text
+
+
 def overview_text(summary: pd.DataFrame, formed: dict[str, dict], findings: list[tuple[str, str]]) -> str:
     """One paragraph: what each architecture does, how that compares with the publication, and the
     published findings reproduced.
 
     formed: as for `overview_table`; findings: (claim, status) per published finding checked.
     """
-    seeds = sorted({int(s) for s in summary["seeds"]})
-    n_seeds = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
-    parts = [f"{len(summary)} architecture{'s' if len(summary) > 1 else ''} ({n_seeds} each, best learning rate)."]
+    parts = [f"{len(summary)} architecture{'s' if len(summary) > 1 else ''} ({resting_on(summary)})."]
     for _, r in summary.iterrows():
         agree = {"agree": ", as published", "disagree": f", published: {r['published_verdict']}"}.get(r["agree"], "")
         where = formed_words(r, formed.get(r["arch"]))

@@ -106,18 +106,23 @@ def run_study(
     return build_report(out)
 
 
-def relabel_study(out: str | Path, full_window: bool = False) -> Report:
+def relabel_study(out: str | Path, repatch: bool = False) -> Report:
     """Every intervened run of the study in `out` decided anew by the current verdict rules from its tables
-    (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained,
-    and nothing re-patched unless `full_window` (then the full-window readout is patched where the verdict
-    reads: `interventions.carriers`). Runs intervened before per-example tables existed get their
-    examples.parquet (`write_examples`: one forward pass on the study's examples)."""
+    (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained
+    or re-patched. repatch: instead run every intervened run's interventions again with the study's settings
+    and the current code (tables, artefact control, full-window readout, verdict; the weights are loaded,
+    nothing is trained; readouts over training are left as they are). Runs intervened before per-example tables existed get
+    their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
     meta = json.loads((out / STUDY_JSON).read_text())
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         if (run_dir / "interventions.parquet").exists():
-            relabel_run(run_dir, study.min_effect, full_window)
+            if repatch:
+                intervene_run(run_dir, corrupt=list(study.corrupt), n=meta["n_examples"], sites=list(study.sites),
+                              min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
+            else:
+                relabel_run(run_dir, study.min_effect)
             if not (run_dir / EXAMPLES).exists():
                 write_examples(run_dir, meta["n_examples"])
     return build_report(out)
