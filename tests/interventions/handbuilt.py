@@ -23,6 +23,23 @@ COPY = 3.0  # weight of the copied token relative to the current token
 HEAD_GAIN = 3.0  # final RMSNorm gain: sharpens the output distribution
 
 
+def _one_hot_tokens(lm: LM, tok: slice, vocab: int) -> None:
+    """Zeroes every parameter, embeds token i as exactly the one-hot e_i in the `tok` slice and sets every
+    norm's gain to 1. The LM may scale token embeddings (E[x] * c) while its tied head reads E unscaled:
+    c is measured, and the final norm gives the head the factor back (times HEAD_GAIN)."""
+    for p in lm.parameters():
+        p.zero_()
+    eye = torch.eye(vocab)
+    lm.embed.weight[:, tok] = eye
+    c = float(lm.embed_tokens(torch.zeros(1, 1, dtype=torch.long))[0, 0, 0])
+    lm.embed.weight[:, tok] = eye / c
+    lm.norm_f.weight.fill_(HEAD_GAIN * c)
+    for block in lm.layers:
+        block.norm1.weight.fill_(1.0)
+        if hasattr(block.mixer, "o_norm"):
+            block.mixer.o_norm.weight.fill_(1.0)
+
+
 def _build(vocab: int, seq_len: int, n_layers: int) -> LM:
     d = 2 * vocab + seq_len
     lm = build_model(
@@ -32,17 +49,8 @@ def _build(vocab: int, seq_len: int, n_layers: int) -> LM:
     tok, prev, pos = slice(0, vocab), slice(vocab, 2 * vocab), slice(2 * vocab, d)
     eye_v, eye_t = torch.eye(vocab), torch.eye(seq_len)
     with torch.no_grad():
-        for p in lm.parameters():
-            p.zero_()
-        # The LM may scale token embeddings (E[x] * c) while its tied head reads E unscaled: measure c,
-        # so that the embedded token is exactly one-hot, and give the head the factor back.
-        lm.embed.weight[:, tok] = eye_v
-        c = float(lm.embed_tokens(torch.zeros(1, 1, dtype=torch.long))[0, 0, 0])
-        lm.embed.weight[:, tok] = eye_v / c
+        _one_hot_tokens(lm, tok, vocab)
         lm.pos.weight[:, pos] = eye_t
-        for block in lm.layers:
-            block.norm1.weight.fill_(1.0)
-        lm.norm_f.weight.fill_(HEAD_GAIN * c)
 
         # Layer 0 input has norm^2 = 2 (tok + pos): RMSNorm scales it by s0 = sqrt(d / 2).
         s0 = math.sqrt(d / 2)
@@ -89,15 +97,7 @@ def conv_binding_lm(vocab: int, n_layers: int = 2) -> LM:
                           norm="rmsnorm", max_len=64))
     eye = torch.eye(d)
     with torch.no_grad():
-        for p in lm.parameters():
-            p.zero_()
-        lm.embed.weight.copy_(eye)
-        c = float(lm.embed_tokens(torch.zeros(1, 1, dtype=torch.long))[0, 0, 0])  # the LM's embedding scale
-        lm.embed.weight.copy_(eye / c)
-        lm.norm_f.weight.fill_(HEAD_GAIN * c)
-        for block in lm.layers:
-            block.norm1.weight.fill_(1.0)
-            block.mixer.o_norm.weight.fill_(1.0)
+        _one_hot_tokens(lm, slice(0, d), d)
         last = lm.layers[-1].mixer
         s = d**-0.5  # RMSNorm maps a one-hot to sqrt(d) times it
         last.qkv.weight.copy_(torch.cat([eye, eye, eye]) * CONV_GAIN * s)
@@ -126,16 +126,9 @@ def carried_key_lm(vocab: int) -> LM:
     tok, lag2 = slice(0, V), slice(V, d)
     eye = torch.eye(V)
     with torch.no_grad():
-        for p in lm.parameters():
-            p.zero_()
-        lm.embed.weight[:, tok] = eye
-        c = float(lm.embed_tokens(torch.zeros(1, 1, dtype=torch.long))[0, 0, 0])
-        lm.embed.weight[:, tok] = eye / c
-        lm.norm_f.weight.fill_(HEAD_GAIN * c)
+        _one_hot_tokens(lm, tok, V)
         s = d**-0.5
         for block in lm.layers:
-            block.norm1.weight.fill_(1.0)
-            block.mixer.o_norm.weight.fill_(1.0)
             block.mixer.b_proj.weight.fill_(CONV_GAIN * s)  # β ≈ 1: each write replaces the row
         first, last = lm.layers[0].mixer, lm.layers[1].mixer
         wq, wk, wv = first.qkv.weight.split(d)  # [d, d] each: channels <- residual
