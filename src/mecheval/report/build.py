@@ -22,7 +22,7 @@ from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_attribution, published_verdict
 from mecheval.report.html import render_html
-from mecheval.report.findings import FINDINGS, conv_evidence, seed_pairs
+from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import study_table
@@ -208,10 +208,10 @@ def readable(summary: pd.DataFrame) -> pd.DataFrame:
 
 def for_people(summary: pd.DataFrame) -> pd.DataFrame:
     """`readable(summary)` with human headers (HUMAN), without the columns kept for the full table
-    (the detail, which the summary shows, and the raw effect size); `mechanism per seed` only where
-    several seeds ran."""
+    (the detail, which the summary shows, the raw effect size, the seeds and example counts the first
+    sentence states); `mechanism per seed` only where several seeds ran."""
     out = readable(summary)
-    drop = ["detail", "effect", "acc_all"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
+    drop = ["detail", "effect", "acc_all", "seed_list", "n_min", "n_max"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
     out = out.drop(columns=[c for c in drop if c in out])
     out["optim.lr"] = [f"{v:g}" for v in out["optim.lr"]]
     for c in ("acc", "acc_heldout", "published_acc"):
@@ -388,10 +388,22 @@ def _formed(best: pd.DataFrame, evidence: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+def _meta(study_dir: Path) -> dict:
+    path = study_dir / STUDY_JSON
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def study_findings(study_dir: str | Path) -> dict[str, Outcome]:
+    """finding id -> its outcome on the study's best-learning-rate runs, for the findings the study checks."""
+    study_dir = Path(study_dir)
+    df = study_table(study_dir)
+    best = df[df["best_lr"]]
+    return {f: FINDINGS[f].check(best) for f in _meta(study_dir).get("findings", [])}
+
+
 def build_report(study_dir: str | Path) -> Report:
     study_dir = Path(study_dir)
-    meta_path = study_dir / STUDY_JSON
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = _meta(study_dir)
     df = study_table(study_dir)
     summary = summarise(df)
     best = df[df["best_lr"]]
