@@ -61,3 +61,12 @@ def test_overview_text_names_the_inconclusive_findings_apart():
 def test_no_findings_sentence_when_none_was_checked():
     text = overview_text(pd.DataFrame(ROWS), FORMED, [("C holds.", "not run")])
     assert "published findings" not in text
+
+
+def test_the_first_sentence_says_which_seeds_and_how_many_examples_each_verdict_rests_on():
+    rows = [{**r, "seeds": 1, "seed_list": "0", "n_min": n, "n_max": n} for r, n in zip(ROWS, (385, 512))]
+    text = overview_text(pd.DataFrame(rows), FORMED, [])
+    assert text.startswith("2 architectures (1 seed each (seed 0), best learning rate; verdicts read on 385–512 test examples each).")
+    rows = [{**r, "seed_list": "0, 1, 2", "n_min": 512, "n_max": 512} for r in ROWS]
+    assert overview_text(pd.DataFrame(rows), FORMED, []).startswith(
+        "2 architectures (3 seeds each (seeds 0, 1, 2), best learning rate; verdicts read on 512 test examples each).")

@@ -113,9 +113,10 @@ def resting_on(summary: pd.DataFrame) -> str:
     384–512 test examples each`."""
     seeds = sorted({int(s) for s in summary["seeds"]})
     n_seeds = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
+    text = f"{n_seeds} each"
     if "seed_list" in summary and summary["seed_list"].nunique() == 1:
-        n_seeds += f" ({'seed' if seeds == [1] else 'seeds'} {summary['seed_list'].iloc[0]})"
-    text = f"{n_seeds} each, best learning rate"
+        text += f" ({'seed' if seeds == [1] else 'seeds'} {summary['seed_list'].iloc[0]})"
+    text += ", best learning rate"
     if "n_min" in summary and summary["n_min"].notna().any():
         lo, hi = int(summary["n_min"].min()), int(summary["n_max"].max())
         text += f"; verdicts read on {lo if lo == hi else f'{lo}–{hi}'} test examples each"

@@ -1,0 +1,34 @@
+"""docs/verdicts.md states numbers about the committed quick study: each is read here from `results/`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).parents[1]
+DOC = ROOT / "docs/verdicts.md"
+RUN = ROOT / "results/cpu/quick/runs/preset-mamba_lr-0.003_seed-0"
+
+pytestmark = pytest.mark.skipif(not (RUN / "carriers.parquet").exists(), reason="the committed quick study is not in this checkout")
+
+
+def test_the_quoted_verdict_detail_is_the_committed_one():
+    text = DOC.read_text()
+    quoted = re.search(rf"<!-- verdict-detail: {re.escape(str(RUN.relative_to(ROOT)))} -->\n> (.+)\n", text).group(1)
+    verdict = json.loads((RUN / "verdict.json").read_text())
+    assert quoted == verdict["detail"]
+    assert f"seed 0 ({verdict['n']}\nexamples outside the conv reach" in text
+
+
+def test_the_numbers_by_distance_are_the_committed_ones():
+    text = " ".join(DOC.read_text().split())
+    at = pd.read_parquet(RUN / "carriers.parquet").pivot_table(index="position", columns="subset", values="attrib")
+    f = lambda cell, subset: f"{at.at[cell, subset]:.2f}"  # noqa: E731
+    assert f"@key is {f('key', 'distance 5')} for the pair second from the end (distance 5) and {f('key', 'distance 9')} for the first pair (distance 9)" in text
+    assert f"restore {f('key&value&query', 'distance 5')} and {f('key&value&query', 'distance 9')} of the effect" in text
+    assert f"reads @query {f('query', 'distance 3')}" in text and f"(@key {f('key', 'distance 5')})" in text
+    assert f"The published three explain {f('key&value&query', 'outside')} of the effect" in text
