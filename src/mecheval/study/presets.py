@@ -177,7 +177,9 @@ STUDIES: dict[str, Study] = {
             name="quick",
             cpu_measured="5.9 min on 2 idle CPU cores with interventions and timelines (2026-12-01; 8.4 min on a busier machine)",
             description="Attention vs Mamba vs Mamba without its short convolution on AR (the README's study).",
-            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
+            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 "
+                      "tokens; by default seed 0 alone, on which its findings rest (results/cpu/quick adds seeds 1 and 2, "
+                      "where attention retrieves at the query instead of by induction)",
             task=AR_PAPER, cpu_task=AR_CPU,
             archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)],
             steps=AR_STEPS, findings=("attention_induction", "mamba_direct", "mamba_conv_forms", "mamba_noconv_fails"),
