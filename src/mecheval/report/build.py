@@ -393,11 +393,12 @@ def _meta(study_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def study_findings(study_dir: str | Path) -> dict[str, Outcome]:
-    """finding id -> its outcome on the study's best-learning-rate runs, for the findings the study checks."""
+def study_findings(study_dir: str | Path, seeds: list[int] | None = None) -> dict[str, Outcome]:
+    """finding id -> its outcome on the study's best-learning-rate runs (of `seeds` only where given), for the
+    findings the study checks."""
     study_dir = Path(study_dir)
     df = study_table(study_dir)
-    best = df[df["best_lr"]]
+    best = df[df["best_lr"] & (df["seed"].isin(seeds) if seeds is not None else True)]
     return {f: FINDINGS[f].check(best) for f in _meta(study_dir).get("findings", [])}
 
 
