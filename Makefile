@@ -1,4 +1,5 @@
 # The README's two commands:   make run    (install + the main job)   and   make test   (install + tests)
+# make docs builds the documentation site (site/) with --strict: a broken link or reference fails it.
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 OUT ?= out
 
-.PHONY: run test test-slow bench env env-test clean
+.PHONY: run test test-slow bench docs pages env env-test clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,10 @@ $(VENV)/.env: $(VENV)/.torch pyproject.toml
 
 $(VENV)/.env-test: $(VENV)/.torch pyproject.toml
 	$(PIP) install -q -e ".[test,bench,ray,pyvene,hf]"
+	touch $@
+
+$(VENV)/.env-docs: $(VENV)/.torch pyproject.toml
+	$(PIP) install -q -e ".[docs]"
 	touch $@
 
 env: $(VENV)/.env
@@ -45,5 +50,12 @@ test-slow: $(VENV)/.env-test
 bench: $(VENV)/.env-test
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
 
+docs: $(VENV)/.env-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# Regenerates the README's and docs' tables of committed results and the study figure from results/.
+pages: $(VENV)/.env
+	$(VENV)/bin/mecheval pages .
+
 clean:
-	rm -rf $(VENV) $(OUT)
+	rm -rf $(VENV) $(OUT) site

@@ -34,7 +34,7 @@ def options(debug: bool = typer.Option(False, "--debug", help="Show the full tra
 
 
 # Each module defines `register(app)` and adds its commands; listed in the order of the data flow.
-COMMAND_MODULES = ["data", "train", "sweep", "runs", "intervene", "study", "relabel", "report", "check_mixer"]
+COMMAND_MODULES = ["data", "train", "sweep", "runs", "intervene", "study", "relabel", "report", "pages", "check_mixer"]
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"mecheval.commands.{_name}").register(app)

@@ -1,6 +1,6 @@
 """The architectures of the published study, as partial `ModelConfig`s (use `ModelConfig(preset=...)`).
 
-Source: ../shared/reference/paper_setup.md ("Models as published"). Fields a user sets explicitly
+Source: the documentation's published setup (docs/published.md, "Models as published"). Fields a user sets explicitly
 override these; every mixer's own defaults (d_conv, MLP, norm) come from its MixerSpec.
 """
 

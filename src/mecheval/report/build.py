@@ -402,6 +402,15 @@ def study_findings(study_dir: str | Path, seeds: list[int] | None = None) -> dic
     return {f: FINDINGS[f].check(best) for f in _meta(study_dir).get("findings", [])}
 
 
+def wall_time_line(meta: dict) -> str:
+    """`Wall time: M min.`, with what the cpu scale drops from the published design where the study says;
+    empty where study.json records no time."""
+    if not meta.get("wall_time_s"):
+        return ""
+    drops = f" At the cpu scale this study drops {meta['cpu_drops']}." if meta.get("cpu_drops") and meta.get("scale") != "paper" else ""
+    return f"Wall time: {meta['wall_time_s'] / 60:.1f} min.{drops}"
+
+
 def build_report(study_dir: str | Path) -> Report:
     study_dir = Path(study_dir)
     meta = _meta(study_dir)
@@ -484,8 +493,8 @@ def build_report(study_dir: str | Path) -> Report:
                             "the full summary in summary.csv.", _fmt(df[[c for c in runs_cols if c in df]]).rename(columns=HUMAN)))
 
     md = [f"# {title}", "", meta.get("description", ""), ""]
-    if meta.get("wall_time_s"):
-        md += [f"Wall time: {meta['wall_time_s'] / 60:.1f} min ({meta.get('cpu_drops', '')}).", ""]
+    if wall_time_line(meta):
+        md += [wall_time_line(meta), ""]
     md += ["## Summary", "", overview, "", glance.to_markdown(index=False), "", "## How to read this", "", HOW_TO_READ, ""]
     if example is not None:
         md += ["![how to read](figures/how_to_read.png)", "", example[1], ""]
@@ -498,6 +507,6 @@ def build_report(study_dir: str | Path) -> Report:
     images = {n: (base64.b64encode(d).decode(), c) for n, (d, c) in pngs.items()}
     example_b64 = None if example is None else (base64.b64encode(example[0]).decode(), example[1])
     html = study_dir / "report.html"
-    html.write_text(render_html(title, meta, overview, glance, HOW_TO_READ, example_b64,
+    html.write_text(render_html(title, {**meta, "wall_time_line": wall_time_line(meta)}, overview, glance, HOW_TO_READ, example_b64,
                                 [Section(x.head, x.note, _fmt(x.table), x.raw) for x in sections], images))
     return Report(markdown, html, summary, overview)

@@ -158,21 +158,21 @@ def howto_figure(interventions: pd.DataFrame, arch: str) -> Figure:
         rows = rows[rows["subset"] == ("outside" if (rows["subset"] == "outside").any() else "all")]
     site, layer = read_point(rows)
     grid = attrib_grid(rows, site)
-    fig, ax = plt.subplots(figsize=(6.4, 1.4 + 0.55 * grid.shape[0]), layout="constrained")
+    n_cols = grid.shape[1]  # the three roles, sep, joint patches, conv-window positions: sized per column
+    fig, ax = plt.subplots(figsize=(2.6 + 0.85 * n_cols, 2.2 + 0.55 * grid.shape[0]), layout="constrained")
     im = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(grid.shape[1]), grid.columns)
+    ax.set_xticks(range(n_cols), grid.columns, rotation=30 if n_cols > 4 else 0, ha="right" if n_cols > 4 else "center")
     ax.set_yticks(range(grid.shape[0]), [f"input of layer {i}" for i in grid.index])
     for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
         ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="w" if v < 0.5 else "k")
     row = list(grid.index).index(layer)
-    ax.add_patch(plt.Rectangle((-0.5, row - 0.5), grid.shape[1], 1, fill=False, edgecolor="red", lw=2))
+    ax.add_patch(plt.Rectangle((-0.5, row - 0.5), n_cols, 1, fill=False, edgecolor="red", lw=2))
     best = grid.loc[layer].astype(float).idxmax()
     reading = {"value": "induction: the association is stored at the value",
                "query": "direct retrieval: the answer is already at the query",
                "key": "direct retrieval: the layer itself combines key and value"}.get(best, "")
-    ax.annotate(f"read here (red): @{best} = {grid.at[layer, best]:.2f}\n→ {reading}", fontsize=8,
-                xy=(list(grid.columns).index(best), row), xytext=(1.03, 0.5), textcoords="axes fraction",
-                arrowprops={"arrowstyle": "->", "color": "red"}, va="center")
-    fig.colorbar(im, ax=ax, label="share of p(answer) restored", location="left", pad=0.15)
+    ax.set_xlabel(f"read here (red row): @{best} = {grid.at[layer, best]:.2f}" + (f" → {reading}" if reading else ""),
+                  fontsize=8, color="red")
+    fig.colorbar(im, ax=ax, label="share of p(answer) restored", location="right", shrink=0.9)
     ax.set_title(f"{arch}: key corrupted, clean residual patched in at one position", fontsize=9)
     return fig

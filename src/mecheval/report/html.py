@@ -33,8 +33,7 @@ figcaption { font-size: 12px; color: #444; }
 </style></head>
 <body data-figures="pending" data-layout="pending">
 <h1>{{ title }}</h1>
-<p class="meta">{{ meta.get("description", "") }}{% if meta.get("wall_time_s") %}<br>Wall time:
-{{ "%.1f"|format(meta["wall_time_s"] / 60) }} min ({{ meta.get("cpu_drops", "") }}).{% endif %}</p>
+<p class="meta">{{ meta.get("description", "") }}{% if meta.get("wall_time_line") %}<br>{{ meta["wall_time_line"] }}{% endif %}</p>
 <section id="summary"><h2>Summary</h2><p>{{ overview }}</p>
 {{ table_html(glance) }}</section>
 <h2>How to read this</h2><p>{{ how_to_read }}</p>

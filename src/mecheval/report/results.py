@@ -51,13 +51,14 @@ def arch_parts(row: pd.Series) -> tuple[str, int | str | None]:
     return name, changed[0] if changed else None
 
 
-def study_table(study_dir: str | Path) -> pd.DataFrame:
+def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     """Every run of the study: config, summary, `arch` (its label; as data: `arch_name`, `arch_conv`), `acc` (`acc_heldout` too where the held-out
     split was evaluated), `best_lr` (True for the runs the published selection keeps), `run_dir`, and
     every field of the run's verdict.json (None where interventions were not run): the verdict and its
-    detail, attributions with intervals, `acc_all` / `acc_outside` with intervals and example counts."""
+    detail, attributions with intervals, `acc_all` / `acc_outside` with intervals and example counts.
+    `every_run`: also the runs in the directory that its sweep.yaml does not list (`sweeps.table.collect`)."""
     study_dir = Path(study_dir)
-    df = collect(study_dir)
+    df = collect(study_dir, every_run)
     # selected on the config columns alone, before derived columns (arch, acc) join them
     best = set(best_lr(df)["name"]) if (df["status"] == "done").any() else set()
     parts = [arch_parts(row) for _, row in df.iterrows()]

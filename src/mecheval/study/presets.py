@@ -1,6 +1,6 @@
 """Named studies: each a sweep per scale plus what to intervene on, matching a section of the study.
 
-`paper` scale: the published sizes (../shared/reference/paper_setup.md): AR with 16 pairs over
+`paper` scale: the published sizes (docs/published.md): AR with 16 pairs over
 4096 + 4096 tokens, 50,016 steps of batch 32, widths 16–256, learning rates 3e-5–3e-3, one seed.
 `cpu` scale: the same design at a size a 2-core CPU trains in minutes; each preset says what it drops.
 The CPU AR task has 4 pairs over 64 + 64 tokens. Measured here (d=64, batch 128, lr 3e-3): attention

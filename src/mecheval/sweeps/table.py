@@ -20,12 +20,13 @@ SEED = "seed"
 DEFAULT_METRIC = "summary.final.test.acc"
 
 
-def collect(sweep_dir: str | Path) -> pd.DataFrame:
+def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     """One row per run directory under SWEEP_DIR/runs: name, status (done / unfinished), config, summary.
-    With a SWEEP_DIR/sweep.yaml, only that sweep's runs (other runs in the directory are not its)."""
+    With a SWEEP_DIR/sweep.yaml, only that sweep's runs (other runs in the directory are not its), unless
+    `every_run`."""
     sweep_dir = Path(sweep_dir)
     configs = sorted((sweep_dir / RUNS).glob(f"*/{CONFIG}"))
-    if (sweep_dir / SPEC).exists():
+    if (sweep_dir / SPEC).exists() and not every_run:
         names = {run.name for run in expand(load_sweep(sweep_dir / SPEC))}
         configs = [c for c in configs if c.parent.name in names]
     rows = []

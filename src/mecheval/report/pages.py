@@ -1,0 +1,360 @@
+"""The documentation's numbers about committed runs, generated from `results/` (`mecheval pages`).
+
+A page (README.md, docs/**/*.md) holds generated blocks between two markers:
+
+    <!-- generated: KIND key=value ... -->
+    ...                                   (written by `write_pages`; never edited by hand)
+    <!-- end generated -->
+
+KINDs:
+    findings    the published findings each study checks, with our outcome, seeds, scale and a link
+    studies     every study under results/ whose task and scale match (`task=ar scale=cpu`; `study=DIR`
+                for one): what it ran, the findings it checks, one row per run, where the association
+                is formed, what the recurrent state carries and when the mechanism formed
+    published   a table of `mecheval.report.published` (`table=ar|mamba_conv|based_conv|atr|atr_attribution|heldout`)
+    figure      the study figure (`study_figure.py`): each published finding beside ours
+
+`write_pages(root)` fills every block and draws the figure (its numbers in docs/figures/study.csv);
+`stale_pages(root)` names what differs from the files now (the test that keeps the pages true).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from mecheval.report import published
+from mecheval.report.build import state_table
+from mecheval.report.compare import published_accuracy, published_verdict
+from mecheval.report.findings import FINDINGS, conv_evidence
+from mecheval.report.results import study_table
+from mecheval.report.timelines import formation_steps, timeline_table
+
+BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+RESULTS = "results"
+FIGURE_DIR = Path("docs/figures")
+FIGURE_DATA = FIGURE_DIR / "study.csv"  # the study figure's numbers: checked like a page
+FIGURE_PNG = FIGURE_DIR / "study.png"
+
+
+class PageError(ValueError):
+    """A generated block the generator cannot fill: the page and the block are named."""
+
+
+def pages(root: Path) -> list[Path]:
+    """README.md and every markdown page under docs/ (paths relative to `root`)."""
+    found = [Path("README.md")] if (root / "README.md").exists() else []
+    return found + sorted(p.relative_to(root) for p in (root / "docs").rglob("*.md"))
+
+
+def studies(root: Path) -> list[Path]:
+    """Every study directory under results/ (relative to `root`): a directory holding runs/, at
+    results/SCALE/NAME, SCALE naming where it ran (`cpu`, `paper-d64`)."""
+    return sorted(p.relative_to(root) for p in (root / RESULTS).glob("*/*") if (p / "runs").is_dir())
+
+
+@functools.lru_cache(maxsize=None)
+def _table(path: str, every_run: bool) -> pd.DataFrame:
+    return study_table(path, every_run=every_run)
+
+
+def _meta(study: Path) -> dict:
+    path = study / "study.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _task(study: Path) -> str:
+    return str(_table(str(study), True)["task.name"].iloc[0])
+
+
+def _spec(text: str, page: Path) -> tuple[str, dict[str, str]]:
+    kind, *args = text.split()
+    try:
+        return kind, dict(a.split("=", 1) for a in args)
+    except ValueError:
+        raise PageError(f"{page}: generated block '{text}': arguments are key=value") from None
+
+
+def _num(v, digits: int = 2) -> str:
+    return "–" if v is None or v != v else f"{float(v):.{digits}f}"
+
+
+def _interval(row: pd.Series, col: str) -> str:
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    if lo is None or lo != lo:
+        return _num(row.get(col))
+    return f"{_num(row[col])} [{_num(lo)}, {_num(hi)}]"
+
+
+def _markdown(rows: list[dict]) -> str:
+    if not rows:
+        return "(none)"
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# ---- the findings at a glance ------------------------------------------------------------------------
+
+def _link(root: Path, page: Path, study: Path, index: dict[Path, Path]) -> str:
+    """A relative link from `page` to the section of the page whose `studies` block shows `study`."""
+    target = index.get(study)
+    if target is None:
+        return f"`{study}`"
+    rel = os.path.relpath(target, page.parent).replace(os.sep, "/")
+    return f"[{study.parent.name}/{study.name}]({rel}#{anchor(study)})"
+
+
+def anchor(study: Path) -> str:
+    return f"{study.parent.name}-{study.name}"
+
+
+def _seeds(df: pd.DataFrame) -> str:
+    seeds = sorted(int(s) for s in df["seed"].dropna().unique())
+    return f"{len(seeds)} ({', '.join(map(str, seeds))})"
+
+
+def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]:
+    """One row per (published finding, study that checks it): the study's best-learning-rate runs, as its
+    report reads them."""
+    rows = []
+    for study in studies(root):
+        meta = _meta(root / study)
+        if not meta.get("findings"):
+            continue
+        df = _table(str(root / study), False)
+        best = df[df["best_lr"]]
+        n = meta.get("n_examples")
+        for fid in meta["findings"]:
+            outcome = FINDINGS[fid].check(best)
+            rows.append({"published finding": FINDINGS[fid].claim, "ours": f"**{outcome.status}**",
+                         "seeds": _seeds(best), "examples": n or "–",
+                         "scale": study.parent.name, "study": _link(root, page, study, index)})
+    return rows
+
+
+# ---- one study ---------------------------------------------------------------------------------------
+
+def _conv_binding(row: pd.Series) -> str:
+    if row.get("verdict") in (None, "not learned") or row.get("verdict") != row.get("verdict"):
+        return "–"  # the best cell of a model that did not learn is noise
+    e = conv_evidence(row["run_dir"])
+    if e is None:
+        return "–"
+    return f"layer {e['layer']} key+{e['offset']}: {e['attrib']:.2f}; taps cut → {e['cut_acc']:.2f}"
+
+
+def _accuracy_read(row: pd.Series) -> str:
+    """The readout's accuracy outside the conv reach with its n (all examples where none lies outside)."""
+    for col, n in (("acc_outside", "n_outside"), ("acc_all", "n_all")):
+        if row.get(col) is not None and row.get(col) == row.get(col):
+            suffix = "" if col == "acc_outside" else ", all"
+            return f"{_interval(row, col)} ({int(row[n])}{suffix})"
+    return "–"
+
+
+def _steps(row: pd.Series) -> str:
+    steps = row.get("summary.steps")
+    if steps is None or steps != steps:
+        return "–"
+    return f"{int(steps):,}" + (" (early stop)" if row.get("summary.stopped_early") is True else "")
+
+
+def run_rows(study: Path) -> list[dict]:
+    """One row per finished run of the study (every run directory, sweep.yaml or not)."""
+    df = _table(str(study), True)
+    df = df[df["status"] == "done"].sort_values(["arch", "model.d_model", "optim.lr", "seed"], kind="stable")
+    heldout = "acc_heldout" in df and df["acc_heldout"].notna().any()
+    rows = []
+    for _, r in df.iterrows():
+        learned = isinstance(r.get("verdict"), str) and r["verdict"] != "not learned"
+        task, grammar = r["task.name"], r.get("task.params.grammar")
+        pub_acc = published_accuracy(task, grammar if isinstance(grammar, str) else None, r["arch_name"],
+                                     r["arch_conv"], int(r["model.d_model"]))
+        pub_verdict = published_verdict(task, r["arch"])
+        row = {"architecture": r["arch"], "d": int(r["model.d_model"]), "lr": f"{r['optim.lr']:g}",
+               "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
+        if heldout:
+            row["held-out acc"] = _num(r.get("acc_heldout"), 3)
+        verdict = r["verdict"] if isinstance(r.get("verdict"), str) else "not read"
+        row |= {"acc outside conv reach (n)": _accuracy_read(r), "published acc": _num(pub_acc),
+                "verdict (published)": verdict + (f" ({pub_verdict})" if pub_verdict else ""),
+                **{f"@{role}": _interval(r, f"attrib@{role}") if learned else "–" for role in ("key", "value", "query")},
+                "conv binding": _conv_binding(r), "steps": _steps(r)}
+        rows.append(row)
+    return rows
+
+
+def _task_line(study: Path) -> str:
+    df = _table(str(study), True)
+    first = df.iloc[0]
+    params = {k.removeprefix("task.params."): v for k, v in first.items()
+              if k.startswith("task.params.") and v is not None and v == v}
+    shown = ", ".join(f"{k} {v}" for k, v in params.items())
+    layers = sorted(df["model.n_layers"].dropna().astype(int).unique())
+    return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layers; "
+            f"{len(df[df['status'] == 'done'])} finished runs.")
+
+
+def study_section(root: Path, study: Path) -> str:
+    """A study's heading, what it ran, its findings, its runs and, where computed, the readouts beyond
+    the verdict."""
+    path = root / study
+    meta = _meta(path)
+    title = f"{meta['preset']} ({study.parent.name})" if "preset" in meta else f"{study.name} ({study.parent.name})"
+    out = [f'<a id="{anchor(study)}"></a>', "", f"### {title}", "", f"`{study}`. " + _task_line(path)
+           + (f" {meta['description']}" if meta.get("description") else "")
+           + (" Report: `report.md` / `report.html` in the directory." if (path / "report.md").exists() else ""), ""]
+    if meta.get("findings"):
+        best = _table(str(path), False)
+        best = best[best["best_lr"]]
+        rows = []
+        for fid in meta["findings"]:
+            o = FINDINGS[fid].check(best)
+            rows.append({"published finding": FINDINGS[fid].claim, "ours": o.status, "evidence": o.evidence})
+        out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
+    out += ["Runs (acc outside the conv reach and attributions: 95% intervals; `–` where a run did not learn):",
+            "", _markdown(run_rows(path)), ""]
+    every = _table(str(path), True)
+    every = every[every["status"] == "done"]
+    states = state_table(every)
+    if not states.empty:
+        out += ["What the recurrent state carries (per layer: where the association enters the state, the most "
+                "it restores, and what it carries when the answer is read):", "",
+                _markdown(states.astype(str).to_dict("records")), ""]
+    timelines = formation_steps(every)
+    over = timeline_table(every, timelines) if timelines else pd.DataFrame()
+    if not over.empty:
+        out += ["Over training (snapshots; formed at: the first kept step from which the final verdict holds):", "",
+                _markdown(over.astype(str).to_dict("records")), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def studies_block(root: Path, args: dict[str, str], page: Path) -> str:
+    chosen = [s for s in studies(root) if _matches(root, s, args)]
+    if not chosen:
+        raise PageError(f"{page}: generated block 'studies {_args(args)}': no study under results/ matches")
+    return "\n".join(study_section(root, s) for s in chosen)
+
+
+def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
+    if "study" in args:
+        return study == Path(args["study"])
+    return (args.get("scale", study.parent.name) == study.parent.name
+            and args.get("task", _task(root / study)) == _task(root / study))
+
+
+def _args(args: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in args.items())
+
+
+# ---- the published numbers ---------------------------------------------------------------------------
+
+def _by_width(table: dict, label: str) -> list[dict]:
+    return [{label: k, **{f"d = {w}": _num(v.get(w)) for w, v in [(w, vals) for w in published.WIDTHS]}}
+            for k, vals in table.items()]
+
+
+def published_block(args: dict[str, str], page: Path) -> str:
+    name = args.get("table")
+    if name == "ar":
+        return _markdown(_by_width(published.AR_ACCURACY, "architecture"))
+    if name == "mamba_conv":
+        return _markdown(_by_width(published.MAMBA_AR_BY_CONV, "Mamba d_conv"))
+    if name == "based_conv":
+        return _markdown(_by_width(published.BASED_AR_BY_CONV, "Based layer-0 conv"))
+    if name == "heldout":
+        return _markdown(_by_width(published.ATR_HELDOUT, "architecture"))
+    if name == "atr":
+        return "\n\n".join(f"**{grammar}**\n\n" + _markdown(_by_width(table, "architecture"))
+                           for grammar, table in published.ATR_ACCURACY.items())
+    if name == "attribution":
+        rows = [{"task": "AR", "architecture": a, "verdict": published.AR_VERDICT.get(a.split(" (")[0], "–"),
+                 **{f"@{r}": _num(v[r]) for r in published.ROLES}} for a, v in published.AR_ATTRIBUTION.items()]
+        rows += [{"task": f"ATR {g}", "architecture": a, "verdict": published.ATR_VERDICT.get(a, "–"),
+                  **{f"@{r}": _num(v[r]) for r in published.ROLES}}
+                 for g, table in published.ATR_ATTRIBUTION.items() for a, v in table.items()]
+        return _markdown(rows)
+    raise PageError(f"{page}: generated block 'published {_args(args)}': table= one of ar, mamba_conv, "
+                    "based_conv, atr, heldout, attribution")
+
+
+# ---- filling the pages ---------------------------------------------------------------------------------
+
+def _index(root: Path) -> dict[Path, Path]:
+    """study -> the docs page whose `studies` block shows it (the first such page)."""
+    index: dict[Path, Path] = {}
+    for page in pages(root):
+        if page.name == "README.md":
+            continue
+        for m in BLOCK.finditer((root / page).read_text()):
+            kind, args = _spec(m["spec"], page)
+            if kind == "studies":
+                for s in studies(root):
+                    if _matches(root, s, args):
+                        index.setdefault(s, page)
+    return index
+
+
+def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
+    """The body of one generated block of `page`."""
+    kind, args = _spec(spec, page)
+    if kind == "findings":
+        body = _markdown(findings_rows(root, page, index))
+    elif kind == "studies":
+        body = studies_block(root, args, page)
+    elif kind == "published":
+        body = published_block(args, page)
+    elif kind == "figure":
+        rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
+        body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
+    else:
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure)")
+    return body.rstrip() + "\n"
+
+
+def generate(root: Path) -> dict[Path, str]:
+    """page -> its text with every generated block filled, for the pages that have blocks; and the study
+    figure's data (FIGURE_DATA) as CSV text."""
+    from mecheval.report.study_figure import figure_data
+
+    root = Path(root)
+    index = _index(root)
+    out = {}
+    for page in pages(root):
+        text = (root / page).read_text()
+        if "<!-- generated:" not in text:
+            continue
+        out[page] = BLOCK.sub(lambda m: m[1] + render(root, page, m["spec"], index) + m[4], text)
+    out[FIGURE_DATA] = figure_data(root).to_csv(index=False, float_format="%.4f")
+    return out
+
+
+def stale_pages(root: Path) -> list[Path]:
+    """The pages (and figure data) whose committed text differs from what the results give now."""
+    root = Path(root)
+    return [p for p, text in generate(root).items() if not (root / p).exists() or (root / p).read_text() != text]
+
+
+def write_pages(root: Path) -> list[Path]:
+    """Fill every generated block and draw the study figure; returns the files that changed."""
+    from mecheval.report.study_figure import draw
+
+    root = Path(root)
+    changed = []
+    for page, text in generate(root).items():
+        path = root / page
+        if not path.exists() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            changed.append(page)
+    if FIGURE_DATA in changed or not (root / FIGURE_PNG).exists():
+        draw(pd.read_csv(root / FIGURE_DATA), root / FIGURE_PNG)
+        changed.append(FIGURE_PNG)
+    return changed
