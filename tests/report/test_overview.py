@@ -70,3 +70,12 @@ def test_the_first_sentence_says_which_seeds_and_how_many_examples_each_verdict_
     rows = [{**r, "seed_list": "0, 1, 2", "n_min": 512, "n_max": 512} for r in ROWS]
     assert overview_text(pd.DataFrame(rows), FORMED, []).startswith(
         "2 architectures (3 seeds each (seeds 0, 1, 2), best learning rate; verdicts read on 512 test examples each).")
+
+
+def test_wall_time_line_has_no_empty_parenthesis():
+    from mecheval.report.build import wall_time_line
+
+    assert wall_time_line({"wall_time_s": 8946.0, "scale": "paper", "cpu_drops": ""}) == "Wall time: 149.1 min."
+    cpu = wall_time_line({"wall_time_s": 120.0, "scale": "cpu", "cpu_drops": "one width (64)"})
+    assert cpu == "Wall time: 2.0 min. At the cpu scale this study drops one width (64)."
+    assert wall_time_line({}) == ""

@@ -159,9 +159,9 @@ def howto_figure(interventions: pd.DataFrame, arch: str) -> Figure:
     site, layer = read_point(rows)
     grid = attrib_grid(rows, site)
     n_cols = grid.shape[1]  # the three roles, sep, joint patches, conv-window positions: sized per column
-    fig, ax = plt.subplots(figsize=(2.6 + 0.85 * n_cols, 2.2 + 0.55 * grid.shape[0]), layout="constrained")
+    fig, ax = plt.subplots(figsize=(2.6 + 0.95 * n_cols, 2.2 + 0.55 * grid.shape[0]), layout="constrained")
     im = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(n_cols), grid.columns, rotation=30 if n_cols > 4 else 0, ha="right" if n_cols > 4 else "center")
+    ax.set_xticks(range(n_cols), grid.columns, fontsize=9)
     ax.set_yticks(range(grid.shape[0]), [f"input of layer {i}" for i in grid.index])
     for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
         ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="w" if v < 0.5 else "k")

@@ -34,9 +34,11 @@ from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.results import study_table
 from mecheval.report.timelines import formation_steps, timeline_table
+from mecheval.sweeps.runner import RUNS, SPEC
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 RESULTS = "results"
+NOT_RUN = "not run"  # a finding's outcome where the study has no runs of the architectures it names
 FIGURE_DIR = Path("docs/figures")
 FIGURE_DATA = FIGURE_DIR / "study.csv"  # the study figure's numbers: checked like a page
 FIGURE_PNG = FIGURE_DIR / "study.png"
@@ -55,7 +57,7 @@ def pages(root: Path) -> list[Path]:
 def studies(root: Path) -> list[Path]:
     """Every study directory under results/ (relative to `root`): a directory holding runs/, at
     results/SCALE/NAME, SCALE naming where it ran (`cpu`, `paper-d64`)."""
-    return sorted(p.relative_to(root) for p in (root / RESULTS).glob("*/*") if (p / "runs").is_dir())
+    return sorted(p.relative_to(root) for p in (root / RESULTS).glob("*/*") if (p / RUNS).is_dir())
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,23 +122,30 @@ def _seeds(df: pd.DataFrame) -> str:
     return f"{len(seeds)} ({', '.join(map(str, seeds))})"
 
 
+def _examples(df: pd.DataFrame) -> str:
+    """The intervention examples per run behind the verdicts (a range where runs differ)."""
+    ns = sorted({int(n) for n in df.get("n_all", pd.Series(dtype=float)).dropna()})
+    return "–" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+
+
 def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]:
-    """One row per (published finding, study that checks it): the study's best-learning-rate runs, as its
-    report reads them."""
-    rows = []
+    """One row per published finding (in `FINDINGS` order) that a committed study checks; per study that
+    checks it, on its best-learning-rate runs as its report reads them: our outcome, the seeds, the
+    intervention examples per run, the scale and a link (one line each)."""
+    checks: dict[str, list[dict]] = {}
     for study in studies(root):
         meta = _meta(root / study)
-        if not meta.get("findings"):
-            continue
-        df = _table(str(root / study), False)
-        best = df[df["best_lr"]]
-        n = meta.get("n_examples")
-        for fid in meta["findings"]:
+        df = _table(str(root / study), False) if meta.get("findings") else None
+        for fid in meta.get("findings", []):
+            best = df[df["best_lr"]]
             outcome = FINDINGS[fid].check(best)
-            rows.append({"published finding": FINDINGS[fid].claim, "ours": f"**{outcome.status}**",
-                         "seeds": _seeds(best), "examples": n or "–",
-                         "scale": study.parent.name, "study": _link(root, page, study, index)})
-    return rows
+            if outcome.status != NOT_RUN:
+                checks.setdefault(fid, []).append({"ours": f"**{outcome.status}**", "seeds": _seeds(best),
+                                                   "examples": _examples(best), "scale": study.parent.name,
+                                                   "study": _link(root, page, study, index)})
+    return [{"published finding": FINDINGS[fid].claim,
+             **{col: "<br>".join(c[col] for c in checks[fid]) for col in checks[fid][0]}}
+            for fid in FINDINGS if fid in checks]
 
 
 # ---- one study ---------------------------------------------------------------------------------------
@@ -171,6 +180,7 @@ def run_rows(study: Path) -> list[dict]:
     df = _table(str(study), True)
     df = df[df["status"] == "done"].sort_values(["arch", "model.d_model", "optim.lr", "seed"], kind="stable")
     heldout = "acc_heldout" in df and df["acc_heldout"].notna().any()
+    named = not (study / SPEC).exists()
     rows = []
     for _, r in df.iterrows():
         learned = isinstance(r.get("verdict"), str) and r["verdict"] != "not learned"
@@ -178,7 +188,8 @@ def run_rows(study: Path) -> list[dict]:
         pub_acc = published_accuracy(task, grammar if isinstance(grammar, str) else None, r["arch_name"],
                                      r["arch_conv"], int(r["model.d_model"]))
         pub_verdict = published_verdict(task, r["arch"])
-        row = {"architecture": r["arch"], "d": int(r["model.d_model"]), "lr": f"{r['optim.lr']:g}",
+        row = {"run": r["name"]} if named else {}  # hand-made runs: the name says what differs
+        row |= {"architecture": r["arch"], "d": int(r["model.d_model"]), "lr": f"{r['optim.lr']:g}",
                "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
         if heldout:
             row["held-out acc"] = _num(r.get("acc_heldout"), 3)
@@ -207,8 +218,9 @@ def study_section(root: Path, study: Path) -> str:
     the verdict."""
     path = root / study
     meta = _meta(path)
-    title = f"{meta['preset']} ({study.parent.name})" if "preset" in meta else f"{study.name} ({study.parent.name})"
-    out = [f'<a id="{anchor(study)}"></a>', "", f"### {title}", "", f"`{study}`. " + _task_line(path)
+    preset = f" Preset `{meta['preset']}`, {meta.get('scale', study.parent.name)} scale." if "preset" in meta else ""
+    out = [f'<a id="{anchor(study)}"></a>', "", f"### {study.name} ({study.parent.name})", "",
+           f"`{study}`.{preset} " + _task_line(path)
            + (f" {meta['description']}" if meta.get("description") else "")
            + (" Report: `report.md` / `report.html` in the directory." if (path / "report.md").exists() else ""), ""]
     if meta.get("findings"):
@@ -217,8 +229,11 @@ def study_section(root: Path, study: Path) -> str:
         rows = []
         for fid in meta["findings"]:
             o = FINDINGS[fid].check(best)
+            if o.status == NOT_RUN:  # the study checks it where its runs include the architectures named
+                continue
             rows.append({"published finding": FINDINGS[fid].claim, "ours": o.status, "evidence": o.evidence})
-        out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
+        if rows:
+            out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
     out += ["Runs (acc outside the conv reach and attributions: 95% intervals; `–` where a run did not learn):",
             "", _markdown(run_rows(path)), ""]
     every = _table(str(path), True)

@@ -1,0 +1,57 @@
+"""The README's and docs' tables of committed results are what `mecheval pages` produces from results/ now."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mecheval.cli import app
+from mecheval.report.pages import FIGURE_DATA, PageError, generate, stale_pages
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = "results/cpu/quick"
+
+
+def test_committed_pages_match_the_results():
+    stale = stale_pages(ROOT)
+    assert stale == [], f"pages differ from results/: {stale}; run `mecheval pages` and commit the result"
+
+
+def _tree(tmp_path: Path, block: str) -> Path:
+    """A repository with one committed study (linked) and one page holding `block`."""
+    (tmp_path / "results" / "cpu").mkdir(parents=True)
+    (tmp_path / "results" / "cpu" / "quick").symlink_to(ROOT / STUDY)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text(f"# A page\n\nprose\n\n<!-- generated: {block} -->\n<!-- end generated -->\n")
+    return tmp_path
+
+
+def test_a_changed_number_makes_the_page_stale(tmp_path):
+    root = _tree(tmp_path, f"studies study={STUDY}")
+    for path, text in generate(root).items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    page = root / "docs" / "page.md"
+    text = page.read_text()
+    assert "prose" in text and "| attention |" in text and "induction" in text
+    assert stale_pages(root) == []
+    page.write_text(text.replace("| 3,000 |", "| 3,001 |", 1))  # one hand-edited number
+    assert stale_pages(root) == [Path("docs/page.md")]
+    (root / FIGURE_DATA).write_text("task,scale\n")
+    assert stale_pages(root) == [Path("docs/page.md"), FIGURE_DATA]
+
+
+def test_an_unknown_block_is_one_line_naming_the_page(tmp_path):
+    root = _tree(tmp_path, "nonsense")
+    with pytest.raises(PageError, match="docs/page.md: unknown generated block 'nonsense'"):
+        generate(root)
+    result = CliRunner().invoke(app, ["pages", str(root), "--check"])
+    assert result.exit_code == 2
+    assert "error: docs/page.md: unknown generated block 'nonsense'" in result.output
+    assert (root / "docs" / "page.md").read_text().count("\n") == 5  # nothing written
+
+
+def test_a_block_matching_no_study_is_an_error(tmp_path):
+    root = _tree(tmp_path, "studies task=mqar")
+    with pytest.raises(PageError, match="no study under results/ matches"):
+        generate(root)
