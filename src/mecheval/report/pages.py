@@ -181,6 +181,7 @@ def run_rows(study: Path) -> list[dict]:
     df = df[df["status"] == "done"].sort_values(["arch", "model.d_model", "optim.lr", "seed"], kind="stable")
     heldout = "acc_heldout" in df and df["acc_heldout"].notna().any()
     named = not (study / SPEC).exists()
+    widths = df["model.d_model"].nunique()  # a width column only where the study varies it (else in its heading)
     rows = []
     for _, r in df.iterrows():
         learned = isinstance(r.get("verdict"), str) and r["verdict"] != "not learned"
@@ -189,7 +190,7 @@ def run_rows(study: Path) -> list[dict]:
                                      r["arch_conv"], int(r["model.d_model"]))
         pub_verdict = published_verdict(task, r["arch"])
         row = {"run": r["name"]} if named else {}  # hand-made runs: the name says what differs
-        row |= {"architecture": r["arch"], "d": int(r["model.d_model"]), "lr": f"{r['optim.lr']:g}",
+        row |= {"architecture": r["arch"], **({"d": int(r["model.d_model"])} if widths > 1 else {}), "lr": f"{r['optim.lr']:g}",
                "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
         if heldout:
             row["held-out acc"] = _num(r.get("acc_heldout"), 3)
@@ -209,7 +210,9 @@ def _task_line(study: Path) -> str:
               if k.startswith("task.params.") and v is not None and v == v}
     shown = ", ".join(f"{k} {v}" for k, v in params.items())
     layers = sorted(df["model.n_layers"].dropna().astype(int).unique())
-    return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layers; "
+    widths = sorted(df["model.d_model"].dropna().astype(int).unique())
+    return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layers of width "
+            f"{'/'.join(map(str, widths))}; "
             f"{len(df[df['status'] == 'done'])} finished runs.")
 
 
