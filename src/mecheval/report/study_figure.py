@@ -46,12 +46,13 @@ def figure_data(root: Path) -> pd.DataFrame:
         best = best[best["arch_conv"].isna() | (best["arch_conv"] == 0)]
         for _, r in best.iterrows():
             key = {"task": r["task.name"], "scale": study.parent.name, "arch": r["arch"]}
+            run = f"{study}/{r['name']}"  # relative to the repository, wherever it is checked out
             acc = r.get("acc_outside")
             acc = r["acc"] if acc is None or acc != acc else acc
-            rows.append({**key, "quantity": "accuracy", "source": "ours", "value": float(acc), "run": r["run_dir"]})
+            rows.append({**key, "quantity": "accuracy", "source": "ours", "value": float(acc), "run": run})
             if isinstance(r.get("verdict"), str) and r["verdict"] != "not learned":
                 rows += [{**key, "quantity": f"@{role}", "source": "ours", "value": float(r[f"attrib@{role}"]),
-                          "run": r["run_dir"]} for role in published.ROLES]
+                          "run": run} for role in published.ROLES]
             grammar = r.get("task.params.grammar")
             grammar = grammar if isinstance(grammar, str) else None
             pub = {"accuracy": published_accuracy(r["task.name"], grammar, r["arch_name"], r["arch_conv"] if r["arch_conv"] == r["arch_conv"] else None,
