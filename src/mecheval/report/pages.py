@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.report import published
+from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import state_table
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
@@ -38,6 +39,9 @@ from mecheval.sweeps.runner import RUNS, SPEC
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 RESULTS = "results"
+EARLIER_RULES = "†"  # marks a verdict.json decided by rules older than the current ones
+EARLIER_NOTE = ("decided by earlier rules (point estimates, not intervals); `mecheval relabel STUDY_DIR` decides "
+                "a study's verdicts anew from its committed tables.")
 NOT_RUN = "not run"  # a finding's outcome where the study has no runs of the architectures it names
 FIGURE_DIR = Path("docs/figures")
 FIGURE_DATA = FIGURE_DIR / "study.csv"  # the study figure's numbers: checked like a page
@@ -140,7 +144,9 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]
             best = df[df["best_lr"]]
             outcome = FINDINGS[fid].check(best)
             if outcome.status != NOT_RUN:
-                checks.setdefault(fid, []).append({"ours": f"**{outcome.status}**", "seeds": _seeds(best),
+                stale = any(not verdict_is_current(Path(d)) for d in best["run_dir"] if (Path(d) / "verdict.json").exists())
+                checks.setdefault(fid, []).append({"ours": f"**{outcome.status}**" + (f" {EARLIER_RULES}" if stale else ""),
+                                                   "seeds": _seeds(best),
                                                    "examples": _examples(best), "scale": study.parent.name,
                                                    "study": _link(root, page, study, index)})
     return [{"published finding": FINDINGS[fid].claim,
@@ -195,6 +201,8 @@ def run_rows(study: Path) -> list[dict]:
         if heldout:
             row["held-out acc"] = _num(r.get("acc_heldout"), 3)
         verdict = r["verdict"] if isinstance(r.get("verdict"), str) else "not read"
+        if verdict != "not read" and not verdict_is_current(Path(r["run_dir"])):
+            verdict += " " + EARLIER_RULES
         row |= {"acc outside conv reach (n)": _accuracy_read(r), "published acc": _num(pub_acc),
                 "verdict (published)": verdict + (f" ({pub_verdict})" if pub_verdict else ""),
                 **{f"@{role}": _interval(r, f"attrib@{role}") if learned else "–" for role in ("key", "value", "query")},
@@ -237,8 +245,11 @@ def study_section(root: Path, study: Path) -> str:
             rows.append({"published finding": FINDINGS[fid].claim, "ours": o.status, "evidence": o.evidence})
         if rows:
             out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
+    runs = run_rows(path)
     out += ["Runs (acc outside the conv reach and attributions: 95% intervals; `–` where a run did not learn):",
-            "", _markdown(run_rows(path)), ""]
+            "", _markdown(runs), ""]
+    if any(EARLIER_RULES in r["verdict (published)"] for r in runs):
+        out += [f"{EARLIER_RULES} Verdict {EARLIER_NOTE}", ""]
     every = _table(str(path), True)
     every = every[every["status"] == "done"]
     states = state_table(every)
@@ -324,7 +335,10 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
     """The body of one generated block of `page`."""
     kind, args = _spec(spec, page)
     if kind == "findings":
-        body = _markdown(findings_rows(root, page, index))
+        rows = findings_rows(root, page, index)
+        body = _markdown(rows)
+        if any(EARLIER_RULES in r["ours"] for r in rows):
+            body += f"\n\n{EARLIER_RULES} Some of the verdicts behind the outcome were {EARLIER_NOTE}"
     elif kind == "studies":
         body = studies_block(root, args, page)
     elif kind == "published":
