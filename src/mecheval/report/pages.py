@@ -216,7 +216,7 @@ def _task_line(study: Path) -> str:
     first = df.iloc[0]
     params = {k.removeprefix("task.params."): v for k, v in first.items()
               if k.startswith("task.params.") and v is not None and v == v}
-    shown = ", ".join(f"{k} {v}" for k, v in params.items())
+    shown = ", ".join(f"{k} {v}" for k, v in params.items()) or "its default parameters, the published ones"
     layers = sorted(df["model.n_layers"].dropna().astype(int).unique())
     widths = sorted(df["model.d_model"].dropna().astype(int).unique())
     return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layers of width "
