@@ -306,9 +306,11 @@ def published_block(args: dict[str, str], page: Path) -> str:
     if name == "attribution":
         rows = [{"task": "AR", "architecture": a, "verdict": published.AR_VERDICT.get(a.split(" (")[0], "–"),
                  **{f"@{r}": _num(v[r]) for r in published.ROLES}} for a, v in published.AR_ATTRIBUTION.items()]
+        medians = published.ATR_ATTRIB_MEDIANS
+        archs = [a for a in published.ATR_ACCURACY["easy"] if any(a in medians.get(r, {}) for r in published.ROLES)]
         rows += [{"task": f"ATR {g}", "architecture": a, "verdict": published.ATR_VERDICT.get(a, "–"),
-                  **{f"@{r}": _num(v[r]) for r in published.ROLES}}
-                 for g, table in published.ATR_ATTRIBUTION.items() for a, v in table.items()]
+                  **{f"@{r}": _num(medians.get(r, {}).get(a, {}).get(g)) for r in published.ROLES}}
+                 for g in published.ATR_ACCURACY for a in archs]
         return _markdown(rows)
     raise PageError(f"{page}: generated block 'published {_args(args)}': table= one of ar, mamba_conv, "
                     "based_conv, atr, heldout, attribution")

@@ -98,7 +98,7 @@ ATR_VERDICT: dict[str, str] = {
 ROLES = ("key", "value", "query")
 
 # AR attributions (corrupt the key, residual entering layer 1) as published: "≈ 1" / "≈ 0" as 1.0 / 0.0;
-# Mamba by d_conv as the medians over its runs; None = not reported as a number.
+# Mamba by d_conv as the medians over its runs; None = not reported as a number (ATR: ATR_ATTRIB_MEDIANS).
 AR_ATTRIBUTION: dict[str, dict[str, float | None]] = {
     "attention": {"key": None, "value": 1.0, "query": 0.0},
     "based": {"key": None, "value": 1.0, "query": 0.0},
@@ -106,22 +106,6 @@ AR_ATTRIBUTION: dict[str, dict[str, float | None]] = {
     "mamba": {"key": 0.0, "value": 0.0, "query": 1.0},
     "mamba (d_conv 3)": {"key": 0.18, "value": None, "query": 0.75},
     "mamba (d_conv 2)": {"key": 0.20, "value": None, "query": 0.04},
-}
-
-# ATR attributions, medians over runs, by grammar ("< .16" as None; attention's @query "≈ 0" as 0.0).
-ATR_ATTRIBUTION: dict[str, dict[str, dict[str, float | None]]] = {
-    grammar: {
-        arch: dict(zip(ROLES, values[i]))
-        for arch, values in {
-            "attention": ((0.06, 1.03, 0.0), (0.36, 0.90, 0.0), (0.02, 1.11, 0.0)),
-            "based": ((0.15, 0.93, 0.0), (0.14, 0.95, 0.0), (0.13, 0.82, 0.0)),
-            "baseconv": ((0.50, 0.42, 0.0), (0.82, 0.20, 0.0), (0.34, 0.56, 0.0)),
-            "mamba": ((0.55, None, 0.29), (0.87, None, 0.06), (0.29, None, 0.45)),
-            "h3": ((0.44, None, 0.52), (0.82, None, 0.09), (None, None, None)),
-            "hyena": ((0.48, None, 0.50), (0.42, None, 0.31), (0.09, None, 0.82)),
-        }.items()
-    }
-    for i, grammar in enumerate(("easy", "large_vocab", "medium"))
 }
 
 # ATR generalisation: accuracy on the held-out (query, target) pairs, best run by dev accuracy, by width.

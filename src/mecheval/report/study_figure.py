@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mecheval.report import published  # noqa: E402
-from mecheval.report.compare import published_accuracy  # noqa: E402
+from mecheval.report.compare import published_accuracy, published_attribution  # noqa: E402
 from mecheval.report.figures import OKABE_ITO  # noqa: E402
 
 QUANTITIES = ("accuracy", "@key", "@value", "@query")
@@ -26,9 +26,10 @@ COMPARED = set(published.AR_ACCURACY) | {"deltanet"}  # the study's architecture
 
 
 def _published_attribution(task: str, grammar: str | None, arch: str) -> dict[str, float | None]:
+    """role -> the published attribution of `arch` (AR: `published.AR_ATTRIBUTION`; ATR: the medians)."""
     if task == "ar":
         return published.AR_ATTRIBUTION.get(arch, {})
-    return published.ATR_ATTRIBUTION.get(grammar or "easy", {}).get(arch, {})
+    return {role: published_attribution(task, grammar, arch, role) for role in published.ROLES}
 
 
 def figure_data(root: Path) -> pd.DataFrame:
