@@ -7,6 +7,7 @@ import importlib
 import typer
 
 from mecheval.commands.errors import DEBUG, guard_all
+from mecheval.commands.options import example
 
 _option_type = typer.core.TyperOption.display_type_rich
 
@@ -23,6 +24,11 @@ app = typer.Typer(
     help="Mechanistic evaluation of sequence-model architectures.",
     no_args_is_help=True,
     add_completion=False,
+    epilog=example(
+        "mecheval study quick --out results/quick   (train, intervene, report: a few minutes)",
+        "mecheval intervene RUN_DIR --analysis conv-window",
+        "mecheval COMMAND --help",
+    ),
     pretty_exceptions_enable=False,
 )
 

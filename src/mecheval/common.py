@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 
+N_EXAMPLES = 512  # examples per intervention readout: the API's (`interventions.N_EXAMPLES`), `intervene`'s and `study`'s
+
+
 class ConfigError(ValueError):
     """A config that cannot be read or validated; the message names the field(s) at fault."""
 

@@ -79,7 +79,7 @@ def test_patching_every_position_of_the_embedding_restores_exactly(ar_task, dire
     assert torch.equal(r["logit_patched"][0], r["logit_source"])
     # Only the key token differs, so position t restores exactly the examples whose key is at t.
     df = patch_all_positions(lm, ar_task, batch, "key", ["layers.0.resid_pre"], direction=direction)
-    assert list(df["position"]) == [str(t) for t in range(T)]
+    assert list(df["position"]) == list(range(T)) and df["position"].dtype.kind == "i"  # integers: pivots order 0, 1, 2, …
     assert df["attrib"].sum() == pytest.approx(1.0, abs=1e-6)
 
 
@@ -87,7 +87,7 @@ def test_key_patch_at_the_embedding_has_attribution_one(ar_task):
     """Only the key token differs: patching its embedding restores the clean run exactly."""
     batch = ar_task.sample(32, seed=2)
     lm = random_lm(ar_task.vocab_size)
-    df = interchange(lm, ar_task, batch, "key", ["layers.0.resid_pre"], ["key", "value", "query"])
+    df = interchange(lm, ar_task, batch, "key", ["layers.0.resid_pre"], ["key", "value", "query"], subsets=None)
     attrib = df.set_index("position")["attrib"]
     assert attrib.to_dict() == pytest.approx({"key": 1.0, "value": 0.0, "query": 0.0}, abs=1e-6)
     row = df.set_index("position").loc["key"]
@@ -167,8 +167,8 @@ def test_site_globs(ar_task):
 def test_table_columns_and_per_example(ar_task):
     batch = ar_task.sample(20, seed=3)
     lm = random_lm(ar_task.vocab_size)
-    df = interchange(lm, ar_task, batch, "key", ["resid_mid"])
-    assert len(df) == 2 * len(batch.roles)
+    df = interchange(lm, ar_task, batch, "key", ["resid_mid"], subsets=None)
+    assert len(df) == 2 * (len(batch.roles) + 1)  # every role, and key&query (the default positions)
     for col in ["layer", "site", "position", "p_clean", "p_corrupt", "p_patched", "attrib", "attrib_lo",
                 "attrib_hi", "logit_clean", "logit_corrupt", "logit_patched", "logit_attrib", "n"]:
         assert col in df, col
@@ -178,5 +178,5 @@ def test_table_columns_and_per_example(ar_task):
     assert len(per) == len(df) * 20
     means = per.groupby(["layer", "position"], sort=False)["p_patched"].mean().to_numpy()
     assert means == pytest.approx(df["p_patched"].to_numpy())
-    with pytest.raises(ValueError, match="not roles"):
+    with pytest.raises(ValueError, match="are not roles of this batch"):
         interchange(lm, ar_task, batch, "key", ["resid_mid"], ["nowhere"])

@@ -30,7 +30,8 @@ def _model(kind: str, vocab: int, seq_len: int):
 def test_residual_sites_match_pyvene(ar_task, kind, corrupt):
     batch = ar_task.sample(64, seed=7, split="test")
     lm = _model(kind, ar_task.vocab_size, batch.tokens.shape[1])
-    df = interchange(lm, ar_task, batch, corrupt, ["resid_pre", "resid_mid", "resid_post"], seed=4)
+    df = interchange(lm, ar_task, batch, corrupt, ["resid_pre", "resid_mid", "resid_post"], list(batch.roles), seed=4,
+                     subsets=None)
     corrupted = ar_task.corrupt(batch, corrupt, 4).tokens
     p_clean = run_scores(lm, batch.tokens, batch.answer, batch.answer_pos)[0].double().mean().item()
     p_corrupt = run_scores(lm, corrupted, batch.answer, batch.answer_pos)[0].double().mean().item()

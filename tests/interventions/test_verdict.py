@@ -105,7 +105,8 @@ def test_association_formed_in_the_last_layers_conv_window(ar_task, batch):
 
 def test_one_layer_model_is_read_inside_its_mixer_not_at_the_embedding(ar_task, batch):
     lm = conv_binding_lm(ar_task.vocab_size, n_layers=1)
-    df = interchange(lm, ar_task, batch, "key", ["resid_pre", "conv_out"], ["key", "value", "query"], seed=3)
+    df = interchange(lm, ar_task, batch, "key", ["resid_pre", "conv_out"], ["key", "value", "query"], seed=3,
+                     subsets=None)
     v = mechanism(df)
     assert (v.site, v.layer) == ("conv_out", 0)
     assert v.label == "induction" and v.attrib_value > 0.9  # the binding sits at the value position (key + 1)
@@ -186,10 +187,11 @@ def test_interchange_patches_joined_roles_together(ar_task, batch):
     """`key&query` patches both positions in one cell: on the key-binding model (@key ≈ 1 alone) the joint
     cell restores as much as the key alone, and has its own interval."""
     lm = conv_binding_lm(ar_task.vocab_size)
-    df = interchange(lm, ar_task, batch, "key", ["layers.1.resid_pre"], ["key", "query", "key&query"], seed=3)
+    df = interchange(lm, ar_task, batch, "key", ["layers.1.resid_pre"], ["key", "query", "key&query"], seed=3,
+                     subsets=None)
     at = df.set_index("position")
     assert at.at["key&query", "attrib"] == pytest.approx(at.at["key", "attrib"], abs=0.05)
     assert at.at["key&query", "attrib_lo"] <= at.at["key&query", "attrib"] <= at.at["key&query", "attrib_hi"]
     assert (df["effect_lo"] <= df["effect_hi"]).all()
-    with pytest.raises(ValueError, match="not roles"):
+    with pytest.raises(ValueError, match="are not roles of this batch"):
         interchange(lm, ar_task, batch, "key", ["resid_pre"], ["key&nowhere"])

@@ -146,6 +146,7 @@ def expected_sites(cfg) -> list[str]:
         local = ["resid_pre", "mixer_in"] + (["conv_in"] if isinstance(conv, int) and conv > 0 else [])
         local += ["conv_out"] if conv != 0 else []
         local += ["state"] if cfg.mixer[i] in STATEFUL else []
+        local += ["attn_pattern", "head0"] if cfg.mixer[i] == "attention" else []  # one head by default
         local += ["core_out", "mixer_out", "resid_mid"] + (["mlp_out"] if cfg.mlp[i] else []) + ["resid_post"]
         names += [f"layers.{i}.{n}" for n in local]
     return names
@@ -176,14 +177,15 @@ def test_every_site_exists_once_in_forward_order_with_its_shape(arch, d_conv):
             assert name.endswith(".state") and a.output.shape[0] == 3
             assert a.at(torch.arange(3), torch.tensor([0, 5, 10])).shape == (3, a.size)
             continue
-        assert a.dim() == 3 and a.shape[:2] == (3, 11), (name, a.shape)
+        assert a.dim() == (4 if name.endswith("attn_pattern") else 3) and a.shape[:2] == (3, 11), (name, a.shape)
         if name.rsplit(".", 1)[1] in residual:
             assert a.shape[2] == cfg.d_model, (name, a.shape)
 
 
 @pytest.mark.parametrize("arch,d_conv", SITE_CASES)
 def test_sites_are_identities_that_carry_the_computation(arch, d_conv):
-    lm = build(make_config(arch, d_conv))
+    cfg = make_config(arch, d_conv)
+    lm = build(cfg)
     tokens = random_tokens(2, 9, 1)
     sites = lm.sites()
     with torch.no_grad():
@@ -192,7 +194,10 @@ def test_sites_are_identities_that_carry_the_computation(arch, d_conv):
             same = lm(tokens)
         with attach(sites, {n: (lambda x: x if isinstance(x, StateValue) else x.clone()) for n in sites}):
             copied = lm(tokens)
-        assert torch.equal(same, clean) and torch.equal(copied, clean)
+        # bitwise, except where a hook moves attention off fused SDPA onto its explicit (observed) path
+        exact = {"atol": 0, "rtol": 0} if "attention" not in cfg.mixer else {"atol": 1e-5, "rtol": 1e-5}
+        torch.testing.assert_close(same, clean, **exact)
+        torch.testing.assert_close(copied, clean, **exact)
         # Patching each site changes the output: the site's tensor is the one the model uses.
         rows, first = torch.arange(2), torch.zeros(2, dtype=torch.long)
 

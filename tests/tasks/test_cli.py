@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mecheval.cli import app
-from mecheval.commands.data import parse_value
+from mecheval.commands.options import parse_overrides
 
 runner = CliRunner()
 
@@ -62,7 +62,7 @@ def test_stats_ar_is_constant_length():
     [
         (["show", "ar", "-p", "n_pairs=0"], "n_pairs"),
         (["show", "nope"], "unknown task"),
-        (["show", "ar", "-p", "n_pairs"], "k=v"),
+        (["show", "ar", "--set", "n_pairs"], "key=value"),
         (["stats", "atr", "-p", "grammar=hard"], "grammar"),
         (["show", "atr", "--split", "heldout"], "not a split"),
     ],
@@ -73,7 +73,7 @@ def test_errors_name_the_problem(args, message):
 
 
 def test_param_values_are_typed():
-    assert parse_value("8") == 8 and parse_value("0.2") == 0.2 and parse_value("easy") == "easy"
+    assert parse_overrides(["a=8", "b=0.2", "c=easy"]) == {"a": 8, "b": 0.2, "c": "easy"}
 
 
 @pytest.mark.parametrize("command", [[], ["study"], ["train"], ["intervene"], ["report"]])
@@ -82,3 +82,9 @@ def test_help_reads_like_an_ordinary_cli(command):
     out = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "120"}).output
     assert "--help" in out
     assert "<bool>" not in out
+
+
+def test_old_override_spelling_still_works_with_a_note():
+    r = run("show", "ar", "-p", "n_pairs=4", "--n", "1")
+    assert r.exit_code == 0 and "'n_pairs': 4" in r.output and "deprecated; use --set" in r.output
+    assert "'n_pairs': 5" in run("show", "ar", "--set", "n_pairs=5", "--n", "1").output

@@ -1,18 +1,20 @@
-"""`mecheval check-mixer IMPORT_PATH [--option k=v] [--no-learn]`: the conformance suite of a mixer."""
+"""`mecheval check-mixer IMPORT_PATH [--set key=value] [--no-learn]`: the conformance suite of a mixer."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
+
+from mecheval.commands.options import example, parse_overrides
 
 STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
 
 def check_mixer(
     mixer: Annotated[str, typer.Argument(help="A zoo name (mamba) or an import path (mypkg.retnet:RetNet).")],
-    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="A mixer option, key=value (value as JSON), repeatable.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A mixer option, key=value (value as YAML), repeatable, e.g. --set n_heads=2.")] = None,
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", hidden=True, help="Deprecated spelling of --set.")] = None,
     learn: Annotated[bool, typer.Option("--learn/--no-learn", help="Also check that a tiny AR batch is learned (the slowest check).")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the inputs and the parameters.")] = 0,
 ) -> None:
@@ -24,7 +26,9 @@ def check_mixer(
 
     from mecheval.models.conformance import check_mixer as run_suite
 
-    checks = run_suite(mixer, learn=learn, options=_options(option or []), seed=seed)
+    if option:
+        typer.echo("note: --option/-o is deprecated; use --set key=value", err=True)
+    checks = run_suite(mixer, learn=learn, options=parse_overrides([*(option or []), *(set_ or [])]), seed=seed)
     table = Table(title=f"check-mixer {mixer}", min_width=len(mixer) + 16)
     for col in ("check", "result", "reason"):
         table.add_column(col)
@@ -37,19 +41,7 @@ def check_mixer(
         raise typer.Exit(1)
 
 
-def _options(pairs: list[str]) -> dict:
-    """['n_heads=2', 'window=8'] -> {'n_heads': 2, 'window': 8} (values parsed as JSON where they parse)."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected key=value, got {pair!r}", param_hint="--option")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
 def register(app: typer.Typer) -> None:
-    app.command("check-mixer")(check_mixer)
+    app.command("check-mixer", epilog=example(
+        "mecheval check-mixer mamba", "mecheval check-mixer mypkg.retnet:RetNet --set n_heads=2 --no-learn",
+    ))(check_mixer)

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mecheval.commands.options import example, parse_overrides
 from mecheval.tasks import make_task
 from mecheval.tasks.base import Task
 from mecheval.tasks.batch import Batch
@@ -14,38 +15,23 @@ from mecheval.tasks.stats import example_stats, summarize
 
 ROLE_STYLES = {"key": "bold cyan", "value": "bold green", "sep": "magenta", "query": "bold yellow"}
 
-data_app = typer.Typer(help="Inspect tasks: examples with their roles, and statistics.", no_args_is_help=True)
+data_app = typer.Typer(help="Inspect tasks: examples with their roles, and statistics.", no_args_is_help=True,
+                       epilog=example("mecheval data show ar --n 3", "mecheval data stats atr"))
 
 TASK_ARG = typer.Argument(..., help="task name: ar, mqar, atr, or an import path (mypkg.tasks:MyTask)")
-PARAM_OPT = typer.Option([], "--param", "-p", help="task parameter k=v (repeatable), e.g. n_pairs=8")
+SET_OPT = typer.Option([], "--set", help="a task parameter key=value (value as YAML), repeatable, e.g. --set n_pairs=8")
+PARAM_OPT = typer.Option([], "--param", "-p", hidden=True, help="deprecated spelling of --set")
 SPLIT_OPT = typer.Option("train", "--split", help="train, test (or heldout for ATR with holdout_frac)")
 
 
-def parse_value(text: str) -> int | float | str:
-    """'8' -> 8, '0.2' -> 0.2, anything else stays a string."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_params(items: list[str]) -> dict[str, int | float | str]:
-    params = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected k=v, got {item!r}", param_hint="--param")
-        params[key.strip()] = parse_value(value.strip())
-    return params
-
-
-def build(task: str, params: list[str]) -> Task:
+def build(task: str, sets: list[str], params: list[str]) -> Task:
+    """The task with its --set parameters (and those of the deprecated --param/-p, with a note)."""
+    if params:
+        typer.echo("note: --param/-p is deprecated; use --set key=value", err=True)
     try:
-        return make_task(task, **parse_params(params))
+        return make_task(task, **parse_overrides([*params, *sets]))
     except ValueError as err:  # unknown task or invalid parameters (pydantic names the field)
-        raise typer.BadParameter(str(err), param_hint="TASK / --param") from err
+        raise typer.BadParameter(str(err), param_hint="TASK / --set") from err
 
 
 def draw(task: Task, n: int, seed: int, split: str) -> Batch:
@@ -79,16 +65,17 @@ def render_example(task: Task, batch: Batch, i: int) -> Text:
     return line
 
 
-@data_app.command("show")
+@data_app.command("show", epilog=example("mecheval data show ar --set n_pairs=8 --n 3", "mecheval data show atr --split test"))
 def show(
     task: str = TASK_ARG,
-    n: int = typer.Option(2, "--n", min=1, help="number of examples"),
+    n: int = typer.Option(2, "--n", min=1, help="examples to print (a few to read; `stats` computes over many)"),
     seed: int = typer.Option(0, "--seed", help="sampling seed"),
     split: str = SPLIT_OPT,
+    set_: list[str] = SET_OPT,
     param: list[str] = PARAM_OPT,
 ) -> None:
     """Print examples with the roles marked (and, for ATR, the dependency tree)."""
-    t = build(task, param)
+    t = build(task, set_, param)
     batch = draw(t, n, seed, split)
     console = Console(soft_wrap=True)
     console.print(f"{t.name}: {t.params.model_dump()}  vocab={t.vocab_size}", highlight=False)
@@ -98,16 +85,17 @@ def show(
             console.print(Text(t.tree(batch, i).render()))
 
 
-@data_app.command("stats")
+@data_app.command("stats", epilog=example("mecheval data stats ar --set n_pairs=8 --set n_keys=64", "mecheval data stats atr --n 4096"))
 def stats(
     task: str = TASK_ARG,
-    n: int = typer.Option(1024, "--n", min=1, help="number of examples"),
+    n: int = typer.Option(1024, "--n", min=1, help="examples the statistics are computed over"),
     seed: int = typer.Option(0, "--seed", help="sampling seed"),
     split: str = typer.Option("test", "--split", help="split to sample"),
+    set_: list[str] = SET_OPT,
     param: list[str] = PARAM_OPT,
 ) -> None:
     """Print length, key-value distance and tree-depth statistics (and published figures)."""
-    t = build(task, param)
+    t = build(task, set_, param)
     values = example_stats(draw(t, n, seed, split))
     published = getattr(t, "published_stats", {})
     table = Table()

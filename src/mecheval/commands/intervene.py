@@ -1,7 +1,9 @@
 """`mecheval intervene RUN_DIR|SWEEP_DIR`: interchange interventions and mechanism verdicts per run.
 
-Writes into each run directory `interventions.parquet` (all corrupt roles), `verdict.json`, and
-`interventions/{corrupt}_{site}.png` (layer × position heatmaps); prints the verdict table.
+Writes into each run directory (or `--out DIR`) `interventions.parquet` (all corrupt roles), `verdict.json`
+(key corruption only), and `interventions/{corrupt}_{site}.png` (layer × position heatmaps); prints the
+verdict table. Earlier analyses not asked for are kept; readouts of another kind are not written over
+without `--replace`.
 `--over-training` instead reads the run's snapshots: `timeline.parquet` (the readouts at every kept
 step, `interventions.timeline`) and a table of when the final mechanism formed.
 The arguments are checked against the runs' tasks and models before any run is touched; a run
@@ -12,108 +14,151 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal, Optional
 
 import typer
 
+from mecheval.commands.options import example, split_list
 from mecheval.common import describe
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    from mecheval.common import N_EXAMPLES
+
+    @app.command(epilog=example(
+        "mecheval intervene runs/mamba",
+        "mecheval intervene runs/mamba --analysis conv-window --positions key,key+1,query,5",
+        "mecheval intervene sweep/ --corrupt value --out /tmp/value-readouts",
+    ))
     def intervene(
-        path: Annotated[Path | None, typer.Argument(help="A run directory, or a sweep directory holding runs (not with --hf).", exists=True)] = None,
-        corrupt: Annotated[list[str], typer.Option(help="Role(s) to corrupt; the first is the verdict's.")] = ["key"],
-        n: Annotated[int, typer.Option(min=1, help="Examples per run.")] = 1024,
-        sites: Annotated[list[str], typer.Option(help="Site names or globs, e.g. 'layers.*.resid_pre'.")] = ["*"],
-        positions: Annotated[list[str] | None, typer.Option(help="Roles to patch (default: all).")] = None,
+        path: Annotated[Optional[Path], typer.Argument(help="A run directory, or a sweep directory holding runs (not with --hf).", exists=True)] = None,
+        corrupt: Annotated[list[str], typer.Option(help="Role(s) to corrupt, e.g. key,value. The verdict is read under key corruption only; other roles get attributions, no label.")] = ["key"],
+        n: Annotated[int, typer.Option(min=1, help="Examples per run (the API's N_EXAMPLES; `mecheval study` uses the same).")] = N_EXAMPLES,
+        sites: Annotated[list[str], typer.Option(help="Site names or globs, e.g. 'layers.*.resid_pre',conv_out.")] = ["*"],
+        positions: Annotated[Optional[list[str]], typer.Option(help="Positions to patch: roles (query), role offsets (key+3, value-1), integers, joined with & to patch together (key&query). Default: every role and key&query.")] = None,
         seed: Annotated[int, typer.Option(help="Seed of the examples and corruptions.")] = 0,
         split: Annotated[str, typer.Option(help="Task split of the examples.")] = "test",
-        direction: Annotated[str, typer.Option(help="sufficiency | necessity")] = "sufficiency",
-        analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value); state (the answer each layer's recurrent state carries after the key, …, up to the answer).")] = [],
-        method: Annotated[str, typer.Option(help="exact (one patched run per cell) | gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward)")] = "exact",
+        direction: Annotated[Literal["sufficiency", "necessity"], typer.Option(help="sufficiency: the corrupted run with the clean activation patched in; necessity: the reverse.")] = "sufficiency",
+        analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value); state (the answer each layer's recurrent state carries after the key, …, up to the answer). An analysis not asked for keeps its earlier files.")] = [],
+        method: Annotated[Literal["exact", "gradient"], typer.Option(help="exact (one patched run per cell) or gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward).")] = "exact",
+        out: Annotated[Optional[Path], typer.Option(help="Write the outputs here (a sweep's runs under their relative paths) instead of into each run directory; with --hf, default intervene-<model name>.", file_okay=False)] = None,
+        replace: Annotated[bool, typer.Option("--replace", help="Write over a run's readouts of another kind (corrupted roles, direction, method); refused without it.")] = False,
         over_training: Annotated[bool, typer.Option("--over-training", help="The readouts at every snapshot of each run (timeline.parquet); only snapshots not yet read are computed.")] = False,
-        hf: Annotated[str | None, typer.Option(help="A transformers causal LM (a save_pretrained directory, or a hub name in the local cache): AR in its own vocabulary (docs/huggingface.md).")] = None,
+        hf: Annotated[Optional[str], typer.Option(help="A transformers causal LM (a save_pretrained directory, or a hub name in the local cache): AR in its own vocabulary (docs/huggingface.md).")] = None,
         hf_tokens: Annotated[str, typer.Option(help="With --hf: how keys and values are drawn from the model's tokens: random | words (single-token words; needs the tokenizer).")] = "random",
         hf_pairs: Annotated[int, typer.Option(min=1, help="With --hf: key-value pairs per AR example.")] = 16,
-        out: Annotated[Path | None, typer.Option(help="With --hf: the output directory (default: intervene-<model name>).")] = None,
     ) -> None:
         """Interchange interventions per run: interventions.parquet, heatmaps, and the mechanism verdicts."""
         from rich.console import Console
-        from rich.table import Table
         from tqdm import tqdm
 
-        from mecheval.interventions.metrics import DIRECTIONS
-        from mecheval.interventions.runs import find_runs, intervene_run
+        from mecheval.interventions.runs import ANALYSES, VERDICT_ROLE, find_runs, intervene_run, read_point_attributions
 
-        from mecheval.interventions.patching import METHODS
-        from mecheval.interventions.runs import ANALYSES
-
+        corrupt, sites, analysis = split_list(corrupt), split_list(sites), split_list(analysis)
+        positions = split_list(positions)
         if sorted(set(analysis) - set(ANALYSES)):
-            raise typer.BadParameter(f"--analysis must be among {list(ANALYSES)}, got {analysis}")
-        if direction not in DIRECTIONS:
-            raise typer.BadParameter(f"--direction must be one of {DIRECTIONS}, got {direction!r}")
-        if method not in METHODS:
-            raise typer.BadParameter(f"--method must be one of {list(METHODS)}, got {method!r}")
+            raise typer.BadParameter(f"must be among {list(ANALYSES)}, got {analysis}", param_hint="--analysis")
         if (hf is None) == (path is None):
             raise typer.BadParameter("give a run or sweep directory, or --hf MODEL (not both)", param_hint="PATH / --hf")
-        if hf is None:
-            try:
-                runs = find_runs(path)
-            except FileNotFoundError as e:
-                raise typer.BadParameter(str(e)) from None
-        table = Table(title=f"mechanism: corrupt {corrupt[0]}, examples outside the conv reach (see detail)")
-        table.add_column("run", overflow="fold")
-        table.add_column("verdict", min_width=len("direct retrieval"))
-        for col in ("effect", "layer", "@key", "@value", "@query"):
-            table.add_column(col, no_wrap=True)
-        table.add_column("detail", overflow="fold")
         if hf is not None:
-            from mecheval.hf.ar import RULES, intervene_hf, load
-
-            if hf_tokens not in RULES:
-                raise typer.BadParameter(f"must be one of {list(RULES)}, got {hf_tokens!r}", param_hint="--hf-tokens")
-            if over_training:
-                raise typer.BadParameter("a transformers model has no snapshots", param_hint="--over-training")
-            try:
-                model, tokenizer = load(hf)
-            except ValueError as e:
-                raise typer.BadParameter(str(e), param_hint="--hf") from None
-            out = out or Path(f"intervene-{Path(hf).name}")
-            _, v = intervene_hf(model, tokenizer, hf, out, rule=hf_tokens, pairs=hf_pairs, corrupt=corrupt, n=n, sites=sites, positions=positions or None,
-                                seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method)
-            _add_row(table, str(out), v)
-            Console().print(table)
+            _hf(hf, hf_tokens, hf_pairs, out, over_training, corrupt=corrupt, n=n, sites=sites, positions=positions,
+                seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method)
             return
+        try:
+            runs = find_runs(path)
+        except FileNotFoundError as e:
+            raise typer.BadParameter(str(e)) from None
         check_arguments(runs, corrupt, sites, positions or [], split)
         if over_training:
-            _over_training(path, runs, corrupt[0], n, seed)
+            if VERDICT_ROLE not in corrupt:
+                raise typer.BadParameter(f"the readouts over training are verdicts, read under {VERDICT_ROLE} corruption",
+                                         param_hint="--corrupt")
+            _over_training(path, runs, VERDICT_ROLE, n, seed)
             return
+        names = {r: str(r.relative_to(path)) if r != path else r.name for r in runs}
+        outs = {r: r if out is None else out / (names[r] if r != path else "") for r in runs}
+        check_kinds(outs, corrupt, direction, method, sites, positions, replace)
+        labelled = VERDICT_ROLE in corrupt and direction == "sufficiency"
+        title = (f"mechanism: corrupt {VERDICT_ROLE}, examples outside the conv reach (see detail)" if labelled
+                 else f"attributions at the read point: corrupt {corrupt[0]}, {direction} (verdicts are read under "
+                      f"sufficient key corruption only)")
+        table = verdict_table(title)
         failed = []
         for run_dir in tqdm(runs, desc="intervene", unit="run", disable=len(runs) == 1):
-            name = str(run_dir.relative_to(path)) if run_dir != path else run_dir.name
+            name = names[run_dir]
             try:
-                _, v = intervene_run(run_dir, corrupt, n, sites, positions or None, seed, split, direction,
-                                     analyses=analysis, method=method)
+                df, v = intervene_run(run_dir, corrupt, n, sites, positions, seed, split, direction,
+                                      analyses=analysis, method=method, out=outs[run_dir], replace=replace)
             except Exception as e:  # one bad run is reported and skipped
                 failed.append(name)
                 tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)
                 table.add_row(name, "FAILED", "", "", "", "", "", "")
                 continue
-            _add_row(table, name, v)
+            if v is not None:
+                table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
+                              *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
+            elif labelled or direction != "sufficiency":
+                table.add_row(name, "-", "", "", "", "", "", "nothing to read" if labelled else f"{direction}: no label")
+            else:
+                a = read_point_attributions(df, corrupt[0])
+                table.add_row(name, "-", f"{a['effect']:.3f}", str(a["layer"]),
+                              *(f"{a[r]:.2f}" for r in ("key", "value", "query")), f"corrupt {corrupt[0]}: no label")
         Console().print(table)
         if failed:
             typer.echo(f"error: {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}", err=True)
             raise typer.Exit(1)
 
 
-def _add_row(table, name: str, v) -> None:
-    """A verdict's row of the table ("-" where there is none)."""
+def verdict_table(title: str):
+    """The table `intervene` prints: a row per run (`add_row`)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("run", overflow="fold")
+    table.add_column("verdict", min_width=len("direct retrieval"))
+    for col in ("effect", "layer", "@key", "@value", "@query"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    return table
+
+
+def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, **kw) -> None:
+    """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`."""
+    from rich.console import Console
+
+    from mecheval.hf.ar import RULES, intervene_hf, load
+
+    if hf_tokens not in RULES:
+        raise typer.BadParameter(f"must be one of {list(RULES)}, got {hf_tokens!r}", param_hint="--hf-tokens")
+    if over_training:
+        raise typer.BadParameter("a transformers model has no snapshots", param_hint="--over-training")
+    try:
+        model, tokenizer = load(hf)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--hf") from None
+    out = out or Path(f"intervene-{Path(hf).name}")
+    _, v = intervene_hf(model, tokenizer, hf, out, rule=hf_tokens, pairs=hf_pairs, **kw)
+    table = verdict_table(f"mechanism: corrupt {kw['corrupt'][0]}, examples outside the conv reach (see detail)")
     if v is None:
-        table.add_row(name, "-", "", "", "", "", "", "")
+        table.add_row(str(out), "-", "", "", "", "", "", "")
     else:
-        table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
+        table.add_row(str(out), v.label, f"{v.effect:.3f}", str(v.layer),
                       *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
+    Console().print(table)
+
+
+def check_kinds(outs: dict[Path, Path], corrupt: list[str], direction: str, method: str, sites: list[str],
+                positions: list[str] | None, replace: bool) -> None:
+    """Before any run is touched: no run's readouts are written over by another kind (`check_replace`)."""
+    from mecheval.interventions.runs import ReadoutKindError, check_replace
+
+    if replace:
+        return
+    for out_dir in outs.values():
+        try:
+            check_replace(out_dir, corrupt, direction, method, sites, positions)
+        except ReadoutKindError as e:
+            raise typer.BadParameter(str(e), param_hint="--out / --replace") from None
 
 
 def _over_training(path: Path, runs: list[Path], corrupt: str, n: int, seed: int) -> None:
@@ -152,6 +197,7 @@ def check_arguments(runs: list[Path], corrupt: list[str], sites: list[str], posi
 
     import torch
 
+    from mecheval.interventions.positions import check as check_positions
     from mecheval.interventions.runs import present_sites
     from mecheval.models import build_model
     from mecheval.tasks import make_task
@@ -176,9 +222,10 @@ def check_arguments(runs: list[Path], corrupt: list[str], sites: list[str], posi
             task.corrupt(batch, role, 0)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--corrupt") from None
-    unknown = [p for p in positions if p not in batch.roles]
-    if unknown:
-        raise typer.BadParameter(f"{unknown} are not roles of {task.name}: {', '.join(batch.roles)}", param_hint="--positions")
+    try:
+        check_positions(positions, list(batch.roles), task.name)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--positions") from None
     names = set()
     for cfg in configs.values():
         with torch.device("meta"):

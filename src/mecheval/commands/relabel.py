@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from mecheval.commands.options import example
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog=example("mecheval relabel results/cpu/quick"))
     def relabel(
         path: Annotated[Path, typer.Argument(help="A study directory (with study.json).", exists=True, file_okay=False)],
         repatch: Annotated[bool, typer.Option("--repatch", help="Run every run's interventions again with the current code and the study's settings (loads the weights, trains nothing; seconds per run).")] = False,

@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from mecheval.commands.options import example
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog=example("mecheval report results/cpu/quick", "mecheval report runs/  (a folder of `mecheval train` runs)"))
     def report(
         path: Annotated[Path, typer.Argument(help="A study or sweep directory.", exists=True, file_okay=False)],
     ) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from mecheval.commands.options import example
+
 
 def runs(
     sweep_dir: Path = typer.Argument(..., help="a sweep directory", exists=True, file_okay=False),
@@ -69,5 +71,5 @@ def archive_logs(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("runs")(runs)
-    app.command("archive-logs")(archive_logs)
+    app.command("runs", epilog=example("mecheval runs sweeps/mamba-conv", "mecheval runs sweeps/mamba-conv --best-lr"))(runs)
+    app.command("archive-logs", epilog=example("mecheval archive-logs results/cpu/quick"))(archive_logs)

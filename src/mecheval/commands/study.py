@@ -3,28 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
+from mecheval.commands.options import example, split_list
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    from mecheval.common import N_EXAMPLES
+
+    @app.command(epilog=example(
+        "mecheval study quick --out results/quick",
+        "mecheval study ar-architectures --seeds 0,1,2 --archs attention,mamba --out results/ar",
+        "mecheval study ar-architectures --archs mypkg.mod:MyMixer --out results/mine",
+        "mecheval study --list",
+    ))
     def study(
         preset: Annotated[str, typer.Argument(help="A named study; `mecheval study --list` shows them.")] = "",
-        out: Annotated[Optional[Path], typer.Option("--out", help="Study directory (resumed if it exists).")] = None,
-        scale: Annotated[str, typer.Option(help="cpu (minutes on a laptop) or paper (the published sizes).")] = "cpu",
-        executor: Annotated[str, typer.Option(help="local | ray")] = "local",
+        out: Annotated[Optional[Path], typer.Option("--out", help="Study directory (resumed if it exists). Required (except with --list).")] = None,
+        scale: Annotated[Literal["cpu", "paper"], typer.Option(help="cpu (minutes on a laptop) or paper (the published sizes).")] = "cpu",
+        executor: Annotated[Literal["local", "ray"], typer.Option(help="Where runs train.")] = "local",
         workers: Annotated[Optional[int], typer.Option(help="Local worker processes (default: the core count).")] = None,
         address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start or find one).")] = None,
-        n: Annotated[int, typer.Option(min=1, help="Examples per intervention experiment.")] = 512,
-        widths: Annotated[Optional[str], typer.Option(help="Widths to train, e.g. 64 or 32,64 (default: the scale's).")] = None,
-        lrs: Annotated[Optional[str], typer.Option(help="Learning rates, e.g. 3e-4,1e-3 (default: the scale's).")] = None,
-        seeds: Annotated[Optional[str], typer.Option(help="Seeds, e.g. 0,1,2 (default: seed 0 only).")] = None,
-        archs: Annotated[Optional[str], typer.Option(help="Architectures to keep, comma-separated labels, e.g. 'attention,mamba (d_conv 0)'; a mixer's import path (mypkg.mod:MyMixer) adds it.")] = None,
+        n: Annotated[int, typer.Option(min=1, help="Examples per intervention experiment (the API's N_EXAMPLES, as `mecheval intervene`).")] = N_EXAMPLES,
+        widths: Annotated[Optional[list[str]], typer.Option(help="Widths to train, e.g. 64 or 32,64 (default: the scale's).")] = None,
+        lrs: Annotated[Optional[list[str]], typer.Option(help="Learning rates, e.g. 3e-4,1e-3 (default: the scale's).")] = None,
+        seeds: Annotated[Optional[list[str]], typer.Option(help="Seeds, e.g. 0,1,2 (default: seed 0 only).")] = None,
+        archs: Annotated[Optional[list[str]], typer.Option(help="Architectures to keep, by label, e.g. 'attention,mamba (d_conv 0)'; a mixer's import path (mypkg.mod:MyMixer) adds it.")] = None,
         new: Annotated[bool, typer.Option("--new", help="Restart afresh the runs in --out made with a different spec (else refused).")] = False,
         early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,
-        train_order: Annotated[Optional[str], typer.Option("--train-order", help="paper scale: the fixed set in one order every epoch (replay, the study's; default) or a new one each epoch (shuffle).")] = None,
+        train_order: Annotated[Optional[Literal["replay", "shuffle"]], typer.Option("--train-order", help="paper scale: the fixed set in one order every epoch (replay, the study's; default) or a new one each epoch (shuffle).")] = None,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     ) -> None:
@@ -51,11 +60,9 @@ def register(app: typer.Typer) -> None:
         axes = {
             "widths": _numbers(widths, int, "--widths"), "lrs": _numbers(lrs, float, "--lrs"),
             "seeds": _numbers(seeds, int, "--seeds"),
-            "archs": None if archs is None else [a.strip() for a in archs.split(",") if a.strip()],
+            "archs": split_list(archs),
             "early_stop": early_stop, "train_order": train_order,
         }
-        if train_order not in (None, "shuffle", "replay"):
-            raise typer.BadParameter(f"must be shuffle or replay, got {train_order!r}", param_hint="--train-order")
         try:
             STUDIES[preset].sweep(scale, **axes)
         except ValueError as e:
@@ -64,14 +71,14 @@ def register(app: typer.Typer) -> None:
         print_summary(report, Console())
 
 
-def _numbers(text: str | None, kind: type, flag: str) -> list | None:
-    """`"3e-4,1e-3"` -> [0.0003, 0.001]; None stays None (the scale's default)."""
-    if text is None:
+def _numbers(texts: list[str] | None, kind: type, flag: str) -> list | None:
+    """`["3e-4,1e-3"]` (or repeated) -> [0.0003, 0.001]; None stays None (the scale's default)."""
+    if texts is None:
         return None
     try:
-        values = [kind(v) for v in text.split(",") if v.strip()]
+        values = [kind(v) for v in split_list(texts)]
     except ValueError:
-        raise typer.BadParameter(f"expected comma-separated {kind.__name__}s, got {text!r}", param_hint=flag) from None
+        raise typer.BadParameter(f"expected {kind.__name__}s, comma-separated or repeated, got {texts!r}", param_hint=flag) from None
     if not values:
         raise typer.BadParameter("no values", param_hint=flag)
     return values

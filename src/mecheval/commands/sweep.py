@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
+
+from mecheval.commands.options import example
 
 
 def sweep(
     spec: Path = typer.Argument(..., help="sweep file (YAML): base, grid and/or list", exists=True, dir_okay=False),
-    out: Path = typer.Option(..., "--out", help="sweep directory (runs go to OUT/runs/<name>)"),
-    executor: str = typer.Option("local", "--executor", help="local | ray"),
+    out: Path = typer.Option(..., "--out", help="sweep directory (runs go to OUT/runs/<name>; required)"),
+    executor: Literal["local", "ray"] = typer.Option("local", "--executor", help="where runs train"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: core count)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray)"),
     new: bool = typer.Option(False, "--new", help="restart afresh the runs in --out made with a different spec (else refused)"),
@@ -58,4 +60,6 @@ def sweep(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sweep")(sweep)
+    app.command("sweep", epilog=example(
+        "mecheval sweep examples/sweep_ar_mamba_conv.yaml --out sweeps/mamba-conv --workers 2",
+    ))(sweep)

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
+
+from mecheval.commands.options import example
 
 
 def train(
     config: Optional[Path] = typer.Argument(
         None, help="training config (YAML); default: only --set, or the run's own config with --resume", exists=True, dir_okay=False
     ),
-    out: Path = typer.Option(..., "--out", help="run directory to write"),
+    out: Path = typer.Option(..., "--out", help="run directory to write (required)"),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="override a field: a.b=value (YAML value); repeatable"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its last checkpoint"),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda | auto (overrides the config)"),
+    device: Optional[Literal["cpu", "cuda", "auto"]] = typer.Option(None, "--device", help="overrides the config's device"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="also log to TensorBoard (RUN_DIR/tensorboard)"),
     wandb: bool = typer.Option(False, "--wandb", help="also log to Weights & Biases"),
@@ -53,4 +55,8 @@ def train(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(train)
+    app.command("train", epilog=example(
+        "mecheval train examples/train_ar_attention.yaml --out runs/attention",
+        "mecheval train examples/train_ar_attention.yaml --set optim.lr=3e-4 --set seed=1 --out runs/attention-s1",
+        "mecheval train --out runs/attention --resume",
+    ))(train)

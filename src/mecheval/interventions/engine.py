@@ -27,14 +27,13 @@ Hooks are scoped (`mecheval.models.sites.attach`): removed on exit, even on erro
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from mecheval.models.lm import LM, Block
-from mecheval.models.sites import attach, record
+from mecheval.models.sites import attach, matches, record
 from mecheval.models.states import STATE_BUDGET, StateSite, StateValue
 
 TOKEN_BUDGET = 2**16  # default bound on the token rows (tile examples × T) of one patched pass
@@ -62,8 +61,8 @@ def resolve_sites(lm: LM, patterns: Sequence[str]) -> list[str]:
     names = list(lm.sites())
     out = []
     for pat in patterns:
+        hits = matches(names, pat)
         pat = pat if "." in pat else f"layers.*.{pat}"
-        hits = fnmatch.filter(names, pat)
         if not hits:
             raise ValueError(f"site pattern {pat!r} matches no site{_no_state_hint(lm, pat)}; known: {names}")
         out += hits

@@ -75,7 +75,7 @@ def gradient_cells(
                 changes[n] = tuple(acts[n].detached().first_order_every(src[n], grads))
             else:
                 diff = src[n] - acts[n].detach()  # [B, T, D_site]
-                changes[n] = tuple((diff * g).sum(-1) for g in grads)
+                changes[n] = tuple((diff * g).flatten(2).sum(-1) for g in grads)  # [B, T]: a site may carry [B, T, ...]
     p_patched, logit_patched = [], []
     for cell in cells:
         for out, base_score, change in zip((p_patched, logit_patched), (p_base, logit_base), changes[cell.site]):

@@ -8,14 +8,17 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mecheval.common import N_EXAMPLES  # noqa: F401  (re-exported: examples per readout, the CLI's default)
+from mecheval.interventions.artefact import subsets as artefact_subsets
 from mecheval.interventions.engine import Cell, patch_cells, resolve_sites
 from mecheval.interventions.gradient import gradient_cells
 from mecheval.interventions.metrics import DIRECTIONS, attribution, bootstrap_attribution, bootstrap_difference
+from mecheval.interventions.positions import Position, default, keys_as_column, resolve
 from mecheval.models.lm import LM
 from mecheval.tasks import Batch, Task, length_groups
 
-JOINED = "&"  # `key&query`: one cell patching both roles' positions together
 LENGTH_GROUPS = 4  # default length groups of an intervention batch (ATR pads to ~3x its tokens; AR stays one group)
+Subsets = Mapping[str, torch.Tensor] | str | None
 METHODS = {"exact": patch_cells, "gradient": gradient_cells}  # exact patching; attribution patching (estimate)
 
 
@@ -25,41 +28,40 @@ def interchange(
     batch: Batch,
     corrupt: str,
     sites: Sequence[str],
-    positions: Sequence[str] | None = None,
+    positions: Sequence[Position] | None = None,
     *,
     seed: int = 0,
     per_example: bool = False,
     direction: str = "sufficiency",
     chunk: int | None = None,
     n_boot: int = 1000,
-    subsets: Mapping[str, torch.Tensor] | None = None,
+    subsets: Subsets = "artefact",
     method: str = "exact",
     length_groups: int = LENGTH_GROUPS,
 ) -> pd.DataFrame:
-    """Patch each (site, role position) cell between `batch` and `task.corrupt(batch, corrupt, seed)`.
+    """Patch each (site, position) cell between `batch` and `task.corrupt(batch, corrupt, seed)`.
 
-    sites: names or globs (`layers.*.resid_pre`, or a bare kind `resid_pre`); positions: role names
-    of `batch.roles` (default: all); a name joining roles with "&" (`key&query`) patches them together. direction "sufficiency" runs the corrupted input with the clean
-    activation patched in, "necessity" the reverse. Returns one row per (layer, site, position) with
-    `p_clean`, `p_corrupt`, `p_patched` (means over examples), `attrib` with its bootstrap interval
-    `attrib_lo`/`attrib_hi` (95%, `n_boot` resamples), the same for logits (`logit_*`) and `n`;
-    `per_example=True` returns one row per cell × example (column `example`) without attributions.
-    subsets: name -> bool mask [B]; the summary then has rows per subset (column `subset`, from the
-    same patched runs; e.g. `artefact.subsets`); default one subset "all".
+    sites: names or globs (`layers.*.resid_pre`, or a bare kind `resid_pre`). positions: specs of
+    `positions.py`: role names (`query`), role offsets (`key+3`, `value-1`), integers, joined with "&"
+    to patch together (`key&query`); default: every role and `key&query` (what the verdict reads).
+    direction "sufficiency" runs the corrupted input with the clean activation patched in, "necessity"
+    the reverse. Returns one row per (subset, layer, site, position) with `p_clean`, `p_corrupt`,
+    `p_patched` (means over examples), `attrib` with its bootstrap interval `attrib_lo`/`attrib_hi` (95%,
+    `n_boot` resamples), the same for logits (`logit_*`), the effect's interval `effect_lo`/`effect_hi`
+    and `n`; `per_example=True` returns one row per cell × example (column `example`) without attributions.
+    subsets: "artefact" (default, as `mecheval intervene`): rows for `all`, `outside` and `inside` the conv
+    reach (`artefact.subsets`; `mechanism` reads `outside`); a mapping name -> bool mask [B]; or None: `all` only.
     method: "exact" (one patched run per cell) or "gradient" (attribution patching: every cell's
     first-order estimate from one forward per input and one backward; `gradient.gradient_cells`);
     the column `method` says which. length_groups: the examples run in up to that many groups of
     similar length, each at its own length (`tasks.length_groups`; the same scores as one padded batch).
+    The defaults are the CLI's: `interchange(lm, task, task.sample(N_EXAMPLES, seed=0, split="test"), "key",
+    ["resid_pre"])` and `mechanism` give `mecheval intervene`'s verdict.
     """
-    positions = list(batch.roles) if positions is None else list(positions)
-    missing = [r for p in positions for r in p.split(JOINED) if r not in batch.roles]
-    if missing:
-        raise ValueError(f"positions {missing} are not roles of this batch; known: {list(batch.roles)}")
-    where = {p: torch.stack([batch.roles[r] for r in p.split(JOINED)], -1).flatten(1) for p in positions}
+    where = resolve(batch, default(batch) if positions is None else list(positions))
     return interchange_at(
-        lm, task, batch, corrupt, sites, {p: w if JOINED in p else batch.roles[p] for p, w in where.items()},
-        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, subsets=subsets,
-        method=method, length_groups=length_groups,
+        lm, task, batch, corrupt, sites, where, seed=seed, per_example=per_example, direction=direction,
+        chunk=chunk, n_boot=n_boot, subsets=subsets, method=method, length_groups=length_groups,
     )
 
 
@@ -76,26 +78,40 @@ def patch_all_positions(
     chunk: int | None = None,
     n_boot: int = 1000,
     method: str = "exact",
+    subsets: Subsets = None,
 ) -> pd.DataFrame:
-    """`interchange` at every absolute position 0..T-1 (column `position` holds the index as a string)."""
-    B, T = batch.tokens.shape
-    where = {str(t): torch.full((B,), t, device=batch.tokens.device) for t in range(T)}
+    """`interchange` at every absolute position 0..T-1 (column `position`: the integer index)."""
     return interchange_at(
-        lm, task, batch, corrupt, sites, where,
-        seed=seed, per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, method=method,
+        lm, task, batch, corrupt, sites, resolve(batch, range(batch.tokens.shape[1])), seed=seed,
+        per_example=per_example, direction=direction, chunk=chunk, n_boot=n_boot, method=method, subsets=subsets,
     )
 
 
 def interchange_at(
-    lm, task, batch, corrupt, sites, where: Mapping[str, torch.Tensor], *, seed=0, per_example=False,
-    direction="sufficiency", chunk=None, n_boot=1000, subsets=None, method="exact", length_groups=LENGTH_GROUPS,
+    lm: LM,
+    task: Task,
+    batch: Batch,
+    corrupt: str,
+    sites: Sequence[str],
+    where: Mapping[Position, torch.Tensor],
+    *,
+    seed: int = 0,
+    per_example: bool = False,
+    direction: str = "sufficiency",
+    chunk: int | None = None,
+    n_boot: int = 1000,
+    subsets: Subsets = None,
+    method: str = "exact",
+    length_groups: int = LENGTH_GROUPS,
 ) -> pd.DataFrame:
-    """`interchange` at arbitrary positions: where[key] = positions [B] (or [B, K], patched together);
-    the `position` column holds the keys."""
+    """`interchange` at arbitrary positions: where[key] = positions [B] (or [B, K], patched together), e.g.
+    from `positions.resolve(batch, ["key+1", 5])`; the `position` column holds the keys (integers where
+    all are). subsets default None: `all` only."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    where = dict(zip(keys_as_column(where), where.values()))
     counter = task.corrupt(batch, corrupt, seed)
     clean, corrupted = batch.tokens, counter.tokens
     base, source = (corrupted, clean) if direction == "sufficiency" else (clean, corrupted)
@@ -126,6 +142,10 @@ def interchange_at(
     )
     if per_example:
         return _per_example(ids, scores)
+    if isinstance(subsets, str):
+        if subsets != "artefact":
+            raise ValueError(f"subsets must be 'artefact', a mapping of masks or None, got {subsets!r}")
+        subsets = artefact_subsets(lm, batch)
     subsets = {"all": torch.ones(len(batch), dtype=torch.bool)} if subsets is None else subsets
     parts = []
     for name, mask in subsets.items():

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import textwrap
 from pathlib import Path
@@ -25,10 +24,12 @@ from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_
 from mecheval.interventions.artefact import distance_subsets, short_convs, subsets
 from mecheval.interventions.carriers import carriers_table
 from mecheval.interventions.conv_window import conv_ablation, conv_window
-from mecheval.interventions.patching import interchange
+from mecheval.interventions.patching import N_EXAMPLES, interchange
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
 from mecheval.interventions.state_readout import state_curve, state_sites
-from mecheval.interventions.verdict import JOINT, NothingToRead, Verdict, mechanism
+from mecheval.interventions.positions import Position
+from mecheval.interventions.verdict import JOINT, ROLES, NothingToRead, Verdict, mechanism, read_point
+from mecheval.models.sites import matches
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
 
@@ -45,10 +46,13 @@ def find_runs(path: Path) -> list[Path]:
 
 def present_sites(names: list[str], patterns: list[str]) -> list[str]:
     """The patterns that match at least one site name (a bare kind means `layers.*.kind`)."""
-    return [p for p in patterns if fnmatch.filter(names, p if "." in p else f"layers.*.{p}")]
+    return [p for p in patterns if matches(names, p)]
 
 
 ANALYSES = ("conv-window", "state")  # optional analyses of `intervene_run` (`--analysis`)
+VERDICT_ROLE = "key"  # the verdict's rules are for key corruption; other roles get attributions, no label
+KEPT = {"conv-window": ("conv_window.parquet", "conv_ablation.parquet", "interventions/conv_window.png"),
+        "state": ("state_curve.parquet", "interventions/state_curve.png")}  # an analysis' files, kept until recomputed
 STATE_EXAMPLES = 512  # the state readout reads at most the first 512 examples (its cost is O(T · state) per example and point)
 
 
@@ -61,7 +65,7 @@ def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int 
     curve = state_curve(lm, task, batch, corrupt=corrupt, seed=seed)
     curve.to_parquet(run_dir / "state_curve.parquet", index=False)
     state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
-                     title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {corrupt}, n = {len(batch)}")
+                     title=f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {corrupt}, n = {len(batch)}")
     return curve
 
 
@@ -88,8 +92,10 @@ VERDICT_RULES = 3
 def read_verdict(
     df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float, carriers: pd.DataFrame | None = None
 ) -> Verdict | None:
-    """The verdict of an interventions table (sufficiency rows with `resid_pre`), None where it has nothing to read."""
-    if "resid_pre" not in set(df["site"]):
+    """The verdict of an interventions table (sufficiency rows with `resid_pre` at the key, value and query), None
+    where it has nothing to read."""
+    at_read = df[(df["site"] == "resid_pre") & (df["corrupt"] == corrupt)]
+    if not set(ROLES) <= set(at_read["position"].astype(str)):  # e.g. only --positions key+1 was patched
         return None
     try:
         return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window, carriers=carriers)
@@ -133,8 +139,9 @@ def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
     published sum and its intervals' sum. None where nothing can be read."""
     run_dir = Path(run_dir)
     df = pd.read_parquet(run_dir / "interventions.parquet")
-    corrupt = str(df["corrupt"].iloc[0])
-    verdict = read_verdict(df, _optional(run_dir / "conv_window.parquet"), corrupt, min_effect,
+    if VERDICT_ROLE not in set(df["corrupt"]):
+        return None
+    verdict = read_verdict(df, _optional(run_dir / "conv_window.parquet"), VERDICT_ROLE, min_effect,
                            _optional(run_dir / "carriers.parquet"))
     if verdict is not None:
         write_verdict(run_dir, verdict, min_effect, source="relabelled")
@@ -147,12 +154,48 @@ def verdict_is_current(run_dir: Path) -> bool:
     return path.exists() and json.loads(path.read_text()).get("rules") == VERDICT_RULES
 
 
+class ReadoutKindError(ValueError):
+    """A run's interventions table holds readouts of another kind than a call would write in its place."""
+
+
+def lost_readouts(old: pd.DataFrame, corrupt: list[str], direction: str, method: str,
+                  sites: list[str] | None = None, positions: list[Position] | None = None) -> list[str]:
+    """What a new table (corrupted roles, direction, method, site patterns, positions; None: the defaults,
+    every site and every role) would not read that the `old` table reads, in words; [] where it reads it all."""
+    def column(name: str, default: str = "") -> set[str]:
+        return set(old[name].astype(str)) if name in old else {default}
+
+    lost = {"corrupt": column("corrupt") - set(corrupt)}
+    for name, value, default in (("direction", direction, "sufficiency"), ("method", method, "exact")):
+        lost[name] = column(name, default) - {value}
+    if sites is not None and "*" not in sites:
+        patterns = [*sites, "resid_pre", "resid_post"]  # the layer profile is always read (`intervene_run`)
+        names = {f"layers.{layer}.{site}" for layer, site in zip(old["layer"], old["site"])}
+        lost["sites"] = {name for name in names if not any(matches([name], p) for p in patterns)}
+    new = None if positions is None else {str(p) for p in positions} | {JOINT}
+    lost["positions"] = {p for p in column("position") if not (p in new if new else p.isidentifier() or p == JOINT)}
+    return [f"{name} {', '.join(sorted(values))}" for name, values in lost.items() if values]
+
+
+def check_replace(out_dir: Path, corrupt: list[str], direction: str, method: str,
+                  sites: list[str] | None = None, positions: list[Position] | None = None) -> None:
+    """ReadoutKindError where OUT_DIR/interventions.parquet reads something this call's table would not
+    (`lost_readouts`): readouts are extended or redone, never silently replaced by another kind."""
+    path = Path(out_dir) / "interventions.parquet"
+    if not path.exists():
+        return
+    lost = lost_readouts(pd.read_parquet(path), corrupt, direction, method, sites, positions)
+    if lost:
+        raise ReadoutKindError(f"{path} holds readouts this call would not write ({'; '.join(lost)}): write "
+                               f"elsewhere with --out DIR, or pass --replace")
+
+
 def intervene_run(
     run_dir: Path,
     corrupt: list[str],
-    n: int,
-    sites: list[str],
-    positions: list[str] | None = None,
+    n: int = N_EXAMPLES,
+    sites: list[str] = ("*",),
+    positions: list[Position] | None = None,
     seed: int = 0,
     split: str = "test",
     direction: str = "sufficiency",
@@ -160,39 +203,49 @@ def intervene_run(
     skip_missing_sites: bool = False,
     analyses: list[str] = (),
     method: str = "exact",
+    out: Path | None = None,
+    replace: bool = False,
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """Runs the interchange experiments of one run and writes its outputs -> (the table, the verdict or None).
 
     Every table is split by the receptive-field artefact (`artefact.subsets`: column `subset`, the
     verdict reads `outside`). The layer profile (`resid_pre` of every layer and `resid_post` of the
-    last) is always included. `min_effect` is the verdict's `not learned` filter (the study's: 0.01
-    on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns this model lacks (e.g. `conv_out`
-    without a conv); `analyses` adds `conv-window` (conv_window.parquet, conv_ablation.parquet) and
-    `state` (state_curve.parquet, `state_readout`; models with a recurrent state that learned the task);
-    `method` "gradient" estimates the cells by attribution patching (`interchange`).
-    Also written: accuracy.parquet (accuracy with Wilson intervals per subset and key distance) and, for
-    single-answer tasks, examples.parquet (`example_table`: the same per example, for like-for-like comparisons)
-    and, read in the sufficiency direction, carriers.parquet (the full-window readout at the verdict's read
+    last) is always included. The verdict is read only under key corruption (sufficiency): its rules are
+    for it; other corrupted roles get attributions and no label. `min_effect` is the verdict's `not
+    learned` filter (the study's: 0.01 on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns
+    this model lacks (e.g. `conv_out` without a conv); `analyses` adds `conv-window`
+    (conv_window.parquet, conv_ablation.parquet) and `state` (state_curve.parquet, `state_readout`;
+    models with a recurrent state that learned the task); `method` "gradient" estimates the cells by
+    attribution patching (`interchange`). Also written: accuracy.parquet (accuracy with Wilson intervals
+    per subset and key distance) and, for single-answer tasks, examples.parquet (`example_table`: the same
+    per example, for like-for-like comparisons).
+    out: the directory written (default: the run directory). An analysis not asked for keeps its files
+    (a conv-window table is read by the verdict); readouts of another kind (`check_replace`) are not
+    written over unless `replace`.
+    Read in the sufficiency direction, carriers.parquet (the full-window readout at the verdict's read
     point, which the verdict reads).
     """
     from mecheval import load_run
 
+    out_dir = Path(out) if out is not None else Path(run_dir)
+    if not replace:
+        check_replace(out_dir, corrupt, direction, method, sites, positions)
     lm, task, _ = load_run(run_dir)
-    return intervene_model(run_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
+    return intervene_model(out_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
                            skip_missing_sites, analyses, method)
 
 
 def intervene_model(
-    run_dir: Path, lm, task, corrupt: list[str], n: int, sites: list[str], positions: list[str] | None = None,
-    seed: int = 0, split: str = "test", direction: str = "sufficiency", min_effect: float = 0.01,
-    skip_missing_sites: bool = False, analyses: list[str] = (), method: str = "exact",
+    out_dir: Path, lm, task, corrupt: list[str], n: int = N_EXAMPLES, sites: list[str] = ("*",),
+    positions: list[Position] | None = None, seed: int = 0, split: str = "test", direction: str = "sufficiency",
+    min_effect: float = 0.01, skip_missing_sites: bool = False, analyses: list[str] = (), method: str = "exact",
 ) -> tuple[pd.DataFrame, Verdict | None]:
-    """`intervene_run` on a model and task already built (an LM, or `mecheval.hf.wrap`'s), its outputs
-    written into `run_dir`."""
+    """`intervene_run` on a model and task already built (an LM, or `mecheval.hf.wrap`'s), its outputs written
+    into `out_dir` (earlier analyses not asked for kept)."""
     unknown = sorted(set(analyses) - set(ANALYSES))
     if unknown:
         raise ValueError(f"unknown analyses {unknown}; known: {list(ANALYSES)}")
-    run_dir = Path(run_dir)
+    out_dir = Path(out_dir)
     # the layer profile: every block's input, and the last block's output (block i's output is i + 1's input)
     sites = list(dict.fromkeys([*sites, "resid_pre", f"layers.{len(lm.layers) - 1}.resid_post"]))
     if skip_missing_sites:
@@ -201,38 +254,62 @@ def intervene_model(
     masks = subsets(lm, batch)
     tables = [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks,
                           method=method) for role in corrupt]
-    # the key and query patched together at every block input: what the direct-retrieval rule reads
-    tables.append(interchange(lm, task, batch, corrupt[0], ["resid_pre"], [JOINT], seed=seed, direction=direction,
-                              subsets=masks, method=method))
+    if VERDICT_ROLE in corrupt and positions is not None and JOINT not in positions:
+        # the key and query patched together at every block input: what the direct-retrieval rule reads
+        tables.append(interchange(lm, task, batch, VERDICT_ROLE, ["resid_pre"], [JOINT], seed=seed,
+                                  direction=direction, subsets=masks, method=method))
     df = pd.concat(tables, ignore_index=True)
-    df.to_parquet(run_dir / "interventions.parquet", index=False)
-    accuracy_table(lm, batch, masks).to_parquet(run_dir / "accuracy.parquet", index=False)
+    (out_dir / "interventions").mkdir(parents=True, exist_ok=True)
+    df.to_parquet(out_dir / "interventions.parquet", index=False)
+    accuracy_table(lm, batch, masks).to_parquet(out_dir / "accuracy.parquet", index=False)
     if batch.answer.dim() == 1:  # per example, so that runs read on these examples compare like for like
-        example_table(lm, batch, masks).to_parquet(run_dir / EXAMPLES, index=False)
-    window = None
-    for name in ("conv_window.parquet", "conv_ablation.parquet", "state_curve.parquet", "carriers.parquet"):
-        (run_dir / name).unlink(missing_ok=True)  # a previous call's
+        example_table(lm, batch, masks).to_parquet(out_dir / EXAMPLES, index=False)
+    kept = {f for name, files in KEPT.items() if name not in analyses for f in files}
+    for old in (out_dir / "interventions").glob("*.png"):  # a previous call's heatmaps and profiles
+        if str(old.relative_to(out_dir)) not in kept:
+            old.unlink()
+    role = VERDICT_ROLE if VERDICT_ROLE in corrupt else corrupt[0]
     outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
     if "conv-window" in analyses and short_convs(lm):
-        window = conv_window(lm, task, outside, corrupt=corrupt[0], seed=seed)
-        window.to_parquet(run_dir / "conv_window.parquet", index=False)
-        conv_ablation(lm, outside).to_parquet(run_dir / "conv_ablation.parquet", index=False)
-    for old in [*(run_dir / "interventions").glob("*.png"), run_dir / "verdict.json"]:  # a previous call's
-        old.unlink(missing_ok=True)
-    shown = df[df["subset"] == ("outside" if masks["outside"].any() else "all")]
-    for (role, site), part in shown.groupby(["corrupt", "site"], sort=False):
-        title = f"{textwrap.fill(run_dir.name, 36)}\ncorrupt {role}, {site}"
-        heatmap(part, site, run_dir / "interventions" / f"{role}_{site}.png", title=title)
-    for role, part in shown.groupby("corrupt", sort=False):
-        layer_profile(part, run_dir / "interventions" / f"{role}_profile.png", title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {role}")
-    if window is not None and not window.empty:
-        conv_window_heatmap(window, run_dir / "interventions" / "conv_window.png", title=textwrap.fill(run_dir.name, 48))
-    verdict, carriers = (read_with_carriers(lm, task, batch, df, masks, corrupt[0], min_effect, window, seed)
-                         if direction == "sufficiency" else (None, None))
+        window = conv_window(lm, task, outside, corrupt=role, seed=seed)
+        window.to_parquet(out_dir / "conv_window.parquet", index=False)
+        conv_ablation(lm, outside).to_parquet(out_dir / "conv_ablation.parquet", index=False)
+        if not window.empty:
+            conv_window_heatmap(window, out_dir / "interventions" / "conv_window.png", title=textwrap.fill(out_dir.name, 48))
+    window_path = out_dir / "conv_window.parquet"
+    window = pd.read_parquet(window_path) if window_path.exists() else None
+    shown_subset = "outside" if masks["outside"].any() else "all"
+    shown = df[df["subset"] == shown_subset]
+    for (r, site), part in shown.groupby(["corrupt", "site"], sort=False):
+        title = f"{textwrap.fill(out_dir.name, 36)}\ncorrupt {r}, {site}, {shown_subset} (n = {int(part['n'].iloc[0])})"
+        heatmap(part, site, out_dir / "interventions" / f"{r}_{site}.png", title=title)
+    for r, part in shown.groupby("corrupt", sort=False):
+        title = f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {r}, {shown_subset} (n = {int(part['n'].iloc[0])})"
+        layer_profile(part, out_dir / "interventions" / f"{r}_profile.png", title=title)
+    reads = VERDICT_ROLE in corrupt and direction == "sufficiency"
+    verdict, carriers = (read_with_carriers(lm, task, batch, df, masks, VERDICT_ROLE, min_effect, window, seed)
+                         if reads else (None, None))
     if carriers is not None:
-        carriers.to_parquet(run_dir / "carriers.parquet", index=False)
+        carriers.to_parquet(out_dir / "carriers.parquet", index=False)
+    else:  # a previous call's, read with the verdict this call does not write
+        (out_dir / "carriers.parquet").unlink(missing_ok=True)
     if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
-        write_state_readout(run_dir, lm, task, outside, corrupt[0], seed)
+        write_state_readout(out_dir, lm, task, outside, role, seed)
     if verdict is not None:
-        write_verdict(run_dir, verdict, min_effect)
+        write_verdict(out_dir, verdict, min_effect)
+    elif (out_dir / "verdict.json").exists():
+        (out_dir / "verdict.json").unlink()  # it read the table this call replaced (allowed: a superset, or --replace)
     return df, verdict
+
+
+def read_point_attributions(df: pd.DataFrame, corrupt: str) -> dict:
+    """Attribution per role (and the effect) at the verdict's read point, for a corrupted role without a label:
+    {"layer", "effect", "key", "value", "query"} (NaN where the table lacks the role)."""
+    rows = df[(df["corrupt"] == corrupt) & (df["direction"] == "sufficiency")]
+    if "subset" in rows:
+        rows = rows[rows["subset"] == ("outside" if (rows["subset"] == "outside").any() else "all")]
+    site, layer = read_point(rows)
+    at = rows[(rows["site"] == site) & (rows["layer"] == layer)].set_index("position")
+    effect = float(at["p_clean"].iloc[0] - at["p_corrupt"].iloc[0])
+    return {"layer": layer, "effect": effect} | {r: float(at.at[r, "attrib"]) if r in at.index else float("nan")
+                                                 for r in ROLES}

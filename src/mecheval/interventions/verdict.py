@@ -122,7 +122,7 @@ def mechanism(
     """The verdict from an `interchange` table (see the module docstring for the rules).
 
     high/low: attribution thresholds; min_effect: the smallest p_clean − p_corrupt kept; corrupt: the
-    corrupted role read; site/layer: override the read point (`read_point`); subset: the examples
+    corrupted role read (only "key": the rules are for key corruption); site/layer: override the read point (`read_point`); subset: the examples
     (default `outside` where present, else `all`); conv_window: a `conv_window` table, to name where a
     combining layer binds key and value; carriers: a `carriers.carriers_table` (the full-window readout;
     its rows at the read point are used).
@@ -132,6 +132,8 @@ def mechanism(
         rows = rows[rows["direction"] == "sufficiency"]
     if rows.empty:
         raise ValueError(f"no sufficiency rows with corrupt={corrupt!r} in the table")
+    if corrupt != "key":
+        raise ValueError(f"the verdict's rules are for key corruption, not {corrupt!r}: read its attributions from the table")
     if "subset" in rows:
         subset = subset or ("outside" if (rows["subset"] == "outside").any() else "all")
         rows = rows[rows["subset"] == subset]

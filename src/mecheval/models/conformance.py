@@ -166,8 +166,8 @@ class Suite:
                 if isinstance(seen[n], StateValue):
                     self._state_is_consistent(n, seen[n])
                     self._first_order_is_the_derivative(lm, n)
-                elif seen[n].dim() != 3 or tuple(seen[n].shape[:2]) != (B, T):
-                    raise Failed(f"site {n} carries {list(seen[n].shape)}, not [B={B}, T={T}, D_site]")
+                elif seen[n].dim() < 3 or tuple(seen[n].shape[:2]) != (B, T):
+                    raise Failed(f"site {n} carries {list(seen[n].shape)}, not [B={B}, T={T}, D_site] (or [B, T, ...])")
             has_conv_out = "layers.0.conv_out" in named
             if has_conv_out != (conv != 0):
                 raise Failed(f"d_conv {conv}: {'a' if has_conv_out else 'no'} conv_out site")

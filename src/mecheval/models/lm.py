@@ -25,7 +25,7 @@ from torch import nn
 from mecheval.models.config import HFModelConfig, ModelConfig, is_hf_model
 from mecheval.models.mixers import mixer_spec
 from mecheval.models.norms import RMSNorm
-from mecheval.models.sites import Site
+from mecheval.models.sites import Site, run_with_cache
 
 ZOOLOGY_STD = 0.02  # the std of embeddings (token and position) in the study's code (zoology's _init_weights)
 
@@ -147,6 +147,11 @@ class LM(nn.Module):
     def sites(self) -> "OrderedDict[str, Site]":
         """Site name -> identity module, in forward order: `layers.{i}.{resid_pre,…,resid_post}`."""
         return self._sites
+
+    def run_with_cache(self, tokens: torch.Tensor, names: list[str] | None = None):
+        """tokens [B, T] -> (logits [B, T, V], {site name: activation}); names: site names or globs
+        (default: all). See `sites.run_with_cache`."""
+        return run_with_cache(self, tokens, names)
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, T] -> the residual stream entering layer 0, [B, T, D]."""

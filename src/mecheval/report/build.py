@@ -27,7 +27,6 @@ from mecheval.report.overview import GRAMMAR, overview_table, overview_text, wit
 from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import study_table
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
-from mecheval.sweeps.runner import RUNS
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
 HEATMAPS = "key_*.png"  # in each run's interventions/, drawn by `mecheval intervene`: corrupt key, one per site
@@ -350,7 +349,7 @@ def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.
     if timelines:
         out["timeline overlay"] = (figures.to_png(overlay_figure(best, timelines, palette)), CAPTIONS["timeline_overlay"])
     for _, row in best.sort_values("acc", ascending=False).drop_duplicates("arch").iterrows():
-        shown = study_dir / RUNS / row["name"] / "interventions"
+        shown = Path(row["run_dir"]) / "interventions"
         if row.get("run_dir") in timelines:
             fig = run_figure(timelines[row["run_dir"]][0], f"{row['arch']} (seed {row['seed']})")
             out[f"timeline {row['arch']}"] = (figures.to_png(fig), CAPTIONS["timeline"].format(arch=row["arch"]))
@@ -371,7 +370,7 @@ def _example(study_dir: Path, best: pd.DataFrame) -> tuple[bytes, str] | None:
     """The annotated heatmap of "how to read this": the most accurate learned run with interventions."""
     learned = best[best["verdict"].notna() & (best["verdict"] != "not learned")]
     for _, row in learned.sort_values("acc", ascending=False).iterrows():
-        path = study_dir / RUNS / row["name"] / "interventions.parquet"
+        path = Path(row["run_dir"]) / "interventions.parquet"
         if path.exists():
             fig = figures.howto_figure(pd.read_parquet(path), row["arch"])
             return figures.to_png(fig), (f"{row['arch']} (seed {row['seed']}): every cell is one patch; the red row "
@@ -411,13 +410,25 @@ def wall_time_line(meta: dict) -> str:
     return f"Wall time: {meta['wall_time_s'] / 60:.1f} min.{drops}"
 
 
+def describe(meta: dict, archs: list[str]) -> str:
+    """The report's line under its title: the study's description where it ran the preset's architectures,
+    else (restricted by --archs, or a folder of runs) the architectures actually in it."""
+    if meta.get("description") and not meta.get("archs"):
+        return meta["description"]
+    ran = f"Architectures: {' vs '.join(archs)}."
+    return f"{meta['preset']} restricted to the architectures run. {ran}" if "preset" in meta else ran
+
+
 def build_report(study_dir: str | Path) -> Report:
     study_dir = Path(study_dir)
     meta = _meta(study_dir)
     df = study_table(study_dir)
     summary = summarise(df)
     best = df[df["best_lr"]]
-    findings = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in meta.get("findings", [])]
+    archs = list(dict.fromkeys(df["arch"]))
+    applicable = [f for f in meta.get("findings", []) if FINDINGS[f].applies(archs)]
+    findings = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in applicable]
+    left_out = len(meta.get("findings", [])) - len(applicable)
     evidence = conv_evidence_by_run(best)
     formed_by_arch = _formed(best, evidence)
     timelines = formation_steps(best)
@@ -446,10 +457,14 @@ def build_report(study_dir: str | Path) -> Report:
         stale.unlink()
 
     findings_df = pd.DataFrame([{"finding": c, "status": o.status, "evidence": o.evidence} for c, o in findings])
-    title = f"mecheval study: {meta.get('preset', study_dir.name)}" + (f" ({meta['scale']} scale)" if "scale" in meta else "")
+    title = (f"mecheval study: {meta['preset']}" if "preset" in meta else f"mecheval runs: {study_dir.name}") + (
+        f" ({meta['scale']} scale)" if "scale" in meta else "")
+    meta = {**meta, "description": describe(meta, archs)}
     sections = [
         Section("Findings", "The published findings this study tests, checked on the best-learning-rate runs "
-                "(every seed), on the examples outside the conv reach.", findings_df),
+                "(every seed), on the examples outside the conv reach." + (
+                    f" {left_out} finding(s) about architectures not in this study are left out." if left_out else ""),
+                findings_df),
         Section("Accuracy and mechanism", "Best learning rate per architecture and width (final step). Test "
                 "accuracy is the final evaluation; accuracy outside the conv reach is on the intervention examples "
                 "whose queried pair the answer cannot reach through short convs alone (the artefact control), with "

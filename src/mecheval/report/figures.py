@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import io
 
-import matplotlib
+import matplotlib.pyplot as plt  # the backend is the user's (headless: matplotlib falls back to Agg)
+import pandas as pd
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from mecheval.interventions.plots import attrib_grid  # noqa: E402
-from mecheval.interventions.verdict import HIGH, LOW, read_point  # noqa: E402
-from mecheval.report.overview import ACCURACIES, shown_accuracy  # noqa: E402
+from mecheval.interventions.plots import attrib_grid
+from mecheval.interventions.verdict import HIGH, LOW, read_point
+from mecheval.report.overview import ACCURACIES, shown_accuracy
 
 POSITIONS = ("key", "value", "query")
 

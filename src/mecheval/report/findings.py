@@ -38,6 +38,13 @@ class Finding:
     id: str
     claim: str
     check: Callable[[pd.DataFrame], Outcome]
+    archs: tuple[str, ...] = ()  # the architectures it is about (labels, `arch`)
+    needs_all: bool = False  # a comparison: it applies only where every one of `archs` ran
+
+    def applies(self, ran: list[str]) -> bool:
+        """Does the finding concern the architectures that ran (any of its own; all, for a comparison)?"""
+        hits = [a in ran for a in self.archs]
+        return all(hits) if self.needs_all else any(hits)
 
 
 def _rows(df: pd.DataFrame, arch: str) -> pd.DataFrame:
@@ -95,6 +102,11 @@ def _ci_vs(row: pd.Series, col: str, t: float, above: bool) -> bool | None:
         return None
     decided = True if lo >= t else False if hi < t else None
     return decided if above or decided is None else not decided
+
+
+def each(id: str, claim: str, archs: list[str], test: Callable[[pd.Series], bool | None]) -> Finding:
+    """A finding about every run of `archs` (`_each`)."""
+    return Finding(id, claim, _each(archs, test), tuple(archs))
 
 
 def _and(a: bool | None, b: bool | None) -> bool | None:
@@ -224,28 +236,25 @@ def _atr_storage(df: pd.DataFrame) -> Outcome:
 FINDINGS: dict[str, Finding] = {
     f.id: f
     for f in [
-        Finding("attention_induction", "Attention reaches high AR accuracy by induction (attrib@value ≈ 1).",
-                _each(["attention"], _induction)),
-        Finding("based_induction", "Based reaches high AR accuracy by induction (attrib@value ≈ 1).",
-                _each(["based"], _induction)),
-        Finding("mamba_direct", "Mamba (d_conv 4) reaches high AR accuracy by direct retrieval (attrib@value ≈ 0).",
-                _each(["mamba"], _direct)),
+        each("attention_induction", "Attention reaches high AR accuracy by induction (attrib@value ≈ 1).", ["attention"], _induction),
+        each("based_induction", "Based reaches high AR accuracy by induction (attrib@value ≈ 1).", ["based"], _induction),
+        each("mamba_direct", "Mamba (d_conv 4) reaches high AR accuracy by direct retrieval (attrib@value ≈ 0).", ["mamba"], _direct),
         Finding("mamba_conv_forms", "Mamba (d_conv 4) forms the key–value association in its short convolution "
                 "(\"Mamba does implement induction … via short convolutions\"): patching one conv output after "
                 "the key restores >= 0.5, and zeroing that layer's conv taps of lag >= 1 leaves accuracy at chance.",
-                _conv_forms),
-        Finding("mamba_noconv_fails", "Mamba with d_conv 0 or 1 fails AR (accuracy near chance).",
-                _each(["mamba (d_conv 0)", "mamba (d_conv 1)"], _near_chance)),
-        Finding("based_long_fails", "Based with a long convolution in place of its short one fails AR.",
-                _each(["based (d_conv long)"], _near_chance)),
-        Finding("h3_hyena_poor", "H3 and Hyena do poorly on AR.",
-                _each(["h3", "hyena"], lambda r: _accuracy(r)[0] < HIGH_ACC / 2)),
+                _conv_forms, ("mamba",)),
+        each("mamba_noconv_fails", "Mamba with d_conv 0 or 1 fails AR (accuracy near chance).",
+             ["mamba (d_conv 0)", "mamba (d_conv 1)"], _near_chance),
+        each("based_long_fails", "Based with a long convolution in place of its short one fails AR.",
+             ["based (d_conv long)"], _near_chance),
+        each("h3_hyena_poor", "H3 and Hyena do poorly on AR.", ["h3", "hyena"], lambda r: _accuracy(r)[0] < HIGH_ACC / 2),
         Finding("atr_mamba_vs_attention", "On ATR easy, Mamba is at least as accurate as attention (within "
-                f"{MARGIN}, on the same examples: all, and those outside both conv reaches).", _mamba_vs_attention),
+                f"{MARGIN}, on the same examples: all, and those outside both conv reaches).", _mamba_vs_attention,
+                ("mamba", "attention"), needs_all=True),
         Finding("atr_storage", "On ATR, only attention and Based store the association at the value (attrib@value high); "
-                "Mamba, H3 and Hyena do not.", _atr_storage),
-        Finding("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high "
-                "attrib@value: accuracy >= 0.8 and attrib@value >= 0.5, each by its 95% interval).",
-                _each(["mamba (d_conv 0)"], lambda r: _and(_high(r), _ci_vs(r, "attrib@value", VALUE_HIGH, above=True)))),
+                "Mamba, H3 and Hyena do not.", _atr_storage, ("attention", "based", "mamba", "h3", "hyena")),
+        each("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high "
+             "attrib@value: accuracy >= 0.8 and attrib@value >= 0.5, each by its 95% interval).", ["mamba (d_conv 0)"],
+             lambda r: _and(_high(r), _ci_vs(r, "attrib@value", VALUE_HIGH, above=True))),
     ]
 }

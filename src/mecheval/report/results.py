@@ -10,8 +10,7 @@ import pandas as pd
 
 from mecheval.models.mixers import mixer_label
 from mecheval.models.presets import arch_label
-from mecheval.sweeps.runner import RUNS
-from mecheval.sweeps.table import best_lr, collect
+from mecheval.sweeps.table import best_lr, collect, runs_dir
 from mecheval.training.run_dir import RunDir
 
 ACC = "summary.final.test.acc"
@@ -69,11 +68,12 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     if HELDOUT_ACC in df:
         df["acc_heldout"] = df[HELDOUT_ACC]
     df["best_lr"] = df["name"].isin(best)
-    df["chance"] = [_chance(RunDir(study_dir / RUNS / name).read_config().task) for name in df["name"]]
-    df["run_dir"] = [str(study_dir / RUNS / name) for name in df["name"]]
+    root = runs_dir(study_dir)
+    df["chance"] = [_chance(RunDir(root / name).read_config().task) for name in df["name"]]
+    df["run_dir"] = [str(root / name) for name in df["name"]]
     verdicts = []
     for name in df["name"]:
-        path = study_dir / RUNS / name / "verdict.json"
+        path = root / name / "verdict.json"
         verdicts.append(json.loads(path.read_text()) if path.exists() else {})
     fields = list(dict.fromkeys([*VERDICT_FIELDS, *(k for v in verdicts for k in v)]))
     for f in fields:  # the verdict, its detail and intervals, and the accuracy it rests on (`intervene_run`)

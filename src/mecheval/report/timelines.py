@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt  # the backend is the user's (headless: matplotlib falls back to Agg)
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from mecheval.interventions.timeline import TIMELINE, formed_at  # noqa: E402
-from mecheval.interventions.verdict import LABELS, ROLES  # noqa: E402
-from mecheval.report.figures import OKABE_ITO  # noqa: E402
+from mecheval.interventions.timeline import TIMELINE, formed_at
+from mecheval.interventions.verdict import LABELS, ROLES
+from mecheval.report.figures import OKABE_ITO
 
 VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD", "#F0E442")))
 

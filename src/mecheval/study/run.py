@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from mecheval.common import describe
 from mecheval.interventions.accuracy import EXAMPLES
+from mecheval.interventions.patching import N_EXAMPLES
 from mecheval.interventions.runs import intervene_run, relabel_run, verdict_is_current, write_examples
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
@@ -44,7 +45,7 @@ def run_study(
     executor: str = "local",
     workers: int | None = None,
     address: str | None = None,
-    n_examples: int = 512,
+    n_examples: int = N_EXAMPLES,
     quiet: bool = False,
     new: bool = False,
     **axes,
@@ -97,7 +98,7 @@ def run_study(
     meta = {
         "preset": study.name, "scale": scale, "description": study.description,
         "cpu_drops": study.cpu_drops if scale == "cpu" else "", "findings": list(study.findings),
-        "n_examples": n_examples, "runs": len(runs), "not_intervened": unreadable,
+        "n_examples": n_examples, "runs": len(runs), "not_intervened": unreadable, "archs": axes.get("archs"),
         # a resumed study adds this call's time to what earlier calls spent
         **{k: previous.get(k, 0.0) + v for k, v in times.items()},
     }

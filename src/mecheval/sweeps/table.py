@@ -20,12 +20,20 @@ SEED = "seed"
 DEFAULT_METRIC = "summary.final.test.acc"
 
 
+def runs_dir(sweep_dir: str | Path) -> Path:
+    """Where a directory's runs are: SWEEP_DIR/runs for a sweep or study, else the directory itself (a folder
+    of `mecheval train` run directories)."""
+    sweep_dir = Path(sweep_dir)
+    return sweep_dir / RUNS if (sweep_dir / RUNS).is_dir() else sweep_dir
+
+
 def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
-    """One row per run directory under SWEEP_DIR/runs: name, status (done / unfinished), config, summary.
+    """One row per run directory under SWEEP_DIR/runs (or, without runs/, directly under SWEEP_DIR: a folder
+    of `mecheval train` runs): name, status (done / unfinished), config, summary.
     With a SWEEP_DIR/sweep.yaml, only that sweep's runs (other runs in the directory are not its), unless
     `every_run`."""
     sweep_dir = Path(sweep_dir)
-    configs = sorted((sweep_dir / RUNS).glob(f"*/{CONFIG}"))
+    configs = sorted(runs_dir(sweep_dir).glob(f"*/{CONFIG}"))
     if (sweep_dir / SPEC).exists() and not every_run:
         names = {run.name for run in expand(load_sweep(sweep_dir / SPEC))}
         configs = [c for c in configs if c.parent.name in names]
@@ -38,7 +46,7 @@ def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
             row.update(flatten(run.read_summary(), "summary."))
         rows.append(row)
     if not rows:
-        raise FileNotFoundError(f"{sweep_dir}: no runs (expected run directories under {RUNS}/)")
+        raise FileNotFoundError(f"{sweep_dir}: no runs (expected run directories under {RUNS}/ or directly in it)")
     return pd.DataFrame(rows)
 
 

@@ -6,6 +6,12 @@ For each head h with d_h = D / H:
     core_t = sum_{s <= t} a_{t,s} v_s      (site `core_out`, heads concatenated: [B, T, D])
     y_t = W_o core_t                                                  [B, T, D]
 The recurrent view is the same computation with a growing key/value cache.
+
+Sites inside: `attn_pattern` (a, [B, T_query, H, T_key]: patching it at a position replaces that query's
+weights) and `head{h}` (head h's core_t, [B, T, d_h]: patching it changes only head h's contribution to
+y_t = sum_h W_o[:, h] core_t^h). Plain runs (training, evaluation) use fused SDPA; runs inside `attach` /
+`record` (every run of an intervention: `sites.observed`) or with a hook on one of these sites compute the
+weights explicitly, with the same result up to float rounding.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from torch import nn
 
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.shortconv import ConvSpec
-from mecheval.models.sites import Site
+from mecheval.models.sites import Site, observed
 
 
 class AttentionOptions(MixerOptions):
@@ -33,7 +39,15 @@ class Attention(Mixer):
         self.n_heads = options.n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
+        self.attn_pattern = Site()
+        for h in range(self.n_heads):
+            setattr(self, f"head{h}", Site())
         self.core_out = Site()
+
+    def _observed(self) -> bool:
+        """Is the run observed (`sites.observed`), or does a hook read the pattern or a head?"""
+        inner = ["attn_pattern", *(f"head{h}" for h in range(self.n_heads))]
+        return observed() or any(getattr(self, name)._forward_hooks for name in inner)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, D] -> [B, H, T, d_h]
         B, T, D = x.shape
@@ -42,9 +56,22 @@ class Attention(Mixer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
         q, k, v = (self._heads(z) for z in self.qkv(x).split(D, dim=-1))
-        core = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, T, d_h]
-        core = self.core_out(core.transpose(1, 2).reshape(B, T, D))
+        if self._observed():
+            core = self._explicit(q, k, v)  # [B, T, H, d_h]
+        else:
+            core = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)  # [B, T, H, d_h]
+        core = self.core_out(core.reshape(B, T, D))
         return self.out(core)
+
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """SDPA's computation through the sites: q, k, v [B, H, T, d_h] -> per-head outputs [B, T, H, d_h]."""
+        T = q.shape[2]
+        scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # [B, H, T, T]
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        pattern = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        pattern = self.attn_pattern(pattern.transpose(1, 2)).transpose(1, 2)  # the site: [B, T_query, H, T_key]
+        core = (pattern @ v).transpose(1, 2)  # [B, T, H, d_h]
+        return torch.stack([getattr(self, f"head{h}")(core[:, :, h]) for h in range(self.n_heads)], 2)
 
     def init_state(self, batch_size: int, device=None, dtype=None):
         """The key/value cache: two tensors [B, H, 0, d_h] that grow by one step at a time."""

@@ -1,0 +1,37 @@
+"""Conventions every command shares: list options, `--set key=value` overrides, examples in `--help`.
+
+List options take values comma-separated, repeated, or both: `--sites resid_pre,conv_out` is
+`--sites resid_pre --sites conv_out`. Overrides are `--set key=value` everywhere, the value read as YAML
+(`--set n_pairs=8`, `--set optim.lr=3e-4`, `--set dims=[1,2]`).
+"""
+
+from __future__ import annotations
+
+import typer
+import yaml
+
+
+def split_list(values: list[str] | None) -> list[str] | None:
+    """Repeated and comma-separated values, flattened in order; None stays None."""
+    if values is None:
+        return None
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict:
+    """["a.b=3e-4", "name=x"] -> {"a.b": 0.0003, "name": "x"} (values as YAML); BadParameter naming the item."""
+    out = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint=flag)
+        try:
+            out[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise typer.BadParameter(f"{item!r}: the value is not YAML", param_hint=flag) from None
+    return out
+
+
+def example(*lines: str) -> str:
+    """An `--help` epilog showing how a command is called."""
+    return "Examples:\n\n" + "\n\n".join(f"  {line}" for line in lines)
