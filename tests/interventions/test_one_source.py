@@ -89,3 +89,16 @@ def test_what_a_new_table_would_lose():
     assert lost_readouts(old, ["key", "value"], "sufficiency", "exact", ["*"], ["key+1", "query"]) == []
     assert lost_readouts(old, ["key"], "necessity", "gradient", ["resid_pre"], None) == [
         "corrupt value", "direction sufficiency", "method exact", "sites layers.0.conv_out", "positions key+1"]
+
+
+def test_default_positions_leave_the_joint_patch_out_of_state_sites(ar_task):
+    """A state is patched at one position per example: the default key&query cell is not asked of it."""
+    from mecheval.models import ModelConfig, build_model
+
+    lm = build_model(ModelConfig(mixer="mamba", vocab_size=ar_task.vocab_size, d_model=16, n_layers=2)).eval()
+    batch = ar_task.sample(16, seed=0)
+    df = interchange(lm, ar_task, batch, "key", ["state", "resid_pre"], subsets=None, n_boot=10)
+    assert "key&query" not in set(df[df["site"] == "state"]["position"])
+    assert "key&query" in set(df[df["site"] == "resid_pre"]["position"])
+    with pytest.raises(ValueError, match="one position per example"):
+        interchange(lm, ar_task, batch, "key", ["state"], ["key&query"], subsets=None)

@@ -15,6 +15,7 @@ from mecheval.interventions.gradient import gradient_cells
 from mecheval.interventions.metrics import DIRECTIONS, attribution, bootstrap_attribution, bootstrap_difference
 from mecheval.interventions.positions import Position, default, keys_as_column, resolve
 from mecheval.models.lm import LM
+from mecheval.models.states import StateSite
 from mecheval.tasks import Batch, Task, length_groups
 
 LENGTH_GROUPS = 4  # default length groups of an intervention batch (ATR pads to ~3x its tokens; AR stays one group)
@@ -62,6 +63,7 @@ def interchange(
     return interchange_at(
         lm, task, batch, corrupt, sites, where, seed=seed, per_example=per_example, direction=direction,
         chunk=chunk, n_boot=n_boot, subsets=subsets, method=method, length_groups=length_groups,
+        joint_states=positions is not None,
     )
 
 
@@ -103,10 +105,12 @@ def interchange_at(
     subsets: Subsets = None,
     method: str = "exact",
     length_groups: int = LENGTH_GROUPS,
+    joint_states: bool = True,
 ) -> pd.DataFrame:
     """`interchange` at arbitrary positions: where[key] = positions [B] (or [B, K], patched together), e.g.
     from `positions.resolve(batch, ["key+1", 5])`; the `position` column holds the keys (integers where
-    all are). subsets default None: `all` only."""
+    all are). subsets default None: `all` only. A state site is patched at one position per example:
+    joined positions there raise, or, with `joint_states=False` (`interchange`'s default positions), are left out."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if method not in METHODS:
@@ -115,7 +119,9 @@ def interchange_at(
     counter = task.corrupt(batch, corrupt, seed)
     clean, corrupted = batch.tokens, counter.tokens
     base, source = (corrupted, clean) if direction == "sufficiency" else (clean, corrupted)
-    cells = [Cell(s, p) for s in resolve_sites(lm, sites) for p in where]
+    states = {n for n, site in lm.sites().items() if isinstance(site, StateSite)}
+    cells = [Cell(s, p) for s in resolve_sites(lm, sites) for p in where
+             if joint_states or s not in states or where[p].dim() == 1 or where[p].shape[1] == 1]
     was_training = lm.training
     lm.eval()
     try:
