@@ -47,7 +47,7 @@ def test_the_full_window_finds_a_key_the_published_cells_miss(ar_task, batch):
     assert read_kernel(lm, "resid_pre", 1) == 3 and read_kernel(lm, "conv_out", 0) == 1
     table = interchange(lm, ar_task, batch, "key", ["resid_pre"], ["key", "value", "query", "key&query"], seed=3)
     carriers = carriers_table(lm, ar_task, batch, "key", "resid_pre", 1, seed=3)
-    at = carriers.set_index("position")["attrib"]
+    at = carriers[carriers["subset"] == "outside"].set_index("position")["attrib"]  # the rows `mechanism` reads
     assert at["value+1"] == pytest.approx(1, abs=1e-3) and at[CARRIERS] == pytest.approx(1, abs=1e-3)
     for cell in ("key", "value", "query", PUBLISHED, OTHERS):
         assert abs(at[cell]) < 1e-3, cell

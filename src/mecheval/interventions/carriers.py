@@ -75,10 +75,11 @@ def _others(batch: Batch, carriers: torch.Tensor, noop: torch.Tensor) -> torch.T
 
 def carriers_table(
     lm: LM, task: Task, batch: Batch, corrupt: str, site: str, layer: int, *, seed: int = 0,
-    subsets: dict[str, torch.Tensor] | None = None, n_boot: int = 1000,
+    subsets: dict[str, torch.Tensor] | str | None = "artefact", n_boot: int = 1000,
 ) -> pd.DataFrame:
     """The full-window readout at `site` of `layer` (sufficiency): `interchange` rows, one per cell, with
-    `kernel`, the conv kernel that set the window."""
+    `kernel`, the conv kernel that set the window; subsets as `interchange`'s (default: the artefact control's,
+    the rows `mechanism` reads)."""
     kernel = read_kernel(lm, site, layer)
     where = carrier_positions(batch, kernel)
     df = interchange_at(lm, task, batch, corrupt, [f"layers.{layer}.{site}"], where, seed=seed, subsets=subsets,
