@@ -359,7 +359,7 @@ def test_out_being_a_file_is_one_line(tmp_path, tiny_run):
 
 @pytest.mark.parametrize("errno, text", [(28, "No space left on device"), (13, "Permission denied")])
 def test_a_full_disk_or_an_unwritable_out_is_one_line(tmp_path, tiny_run, monkeypatch, errno, text):
-    def full(path, data):
+    def full(path, data, root=None):
         raise OSError(errno, text, str(path))
 
     monkeypatch.setattr("mecheval.common.atomic_write_bytes", full)
@@ -394,7 +394,7 @@ def test_a_really_full_disk_loses_nothing(small_disk, tmp_path, tiny_run, tiny_c
 
 
 def test_debug_shows_the_traceback(tmp_path, tiny_run, monkeypatch):
-    monkeypatch.setattr("mecheval.common.atomic_write_bytes", lambda p, d: 1 / 0)
+    monkeypatch.setattr("mecheval.common.atomic_write_bytes", lambda p, d, root=None: 1 / 0)
     spec = write_spec(tmp_path / "sweep.yaml", tiny_run)
     assert "ZeroDivisionError" in one_error_line(cli("sweep", spec, "--out", tmp_path / "out"))
     assert "Traceback" in cli("--debug", "sweep", spec, "--out", tmp_path / "out").output
@@ -409,11 +409,12 @@ def test_an_unknown_study_executor_is_one_line(tmp_path):
 
 def test_a_model_that_cannot_be_built_is_refused_before_anything_is_written(tmp_path, tiny_run):
     bad = {**tiny_run, "model": {"d_model": 30, "max_len": 16, "options": {"attention": {"n_heads": 4}}}}
-    line = one_error_line(cli("train", config_file(tmp_path / "c.yaml", bad), "--out", tmp_path / "run"))
-    assert "not divisible" in line and not (tmp_path / "run").exists()
+    result = cli("train", config_file(tmp_path / "c.yaml", bad), "--out", tmp_path / "run")
+    assert "c.yaml: invalid config" in one_error_line(result) and not (tmp_path / "run").exists()
+    assert "options.attention: n_heads=4 does not divide d_model=30" in result.output
     spec = write_spec(tmp_path / "sweep.yaml", bad)
     result = cli("sweep", spec, "--out", tmp_path / "out")
-    assert result.exit_code == 2 and "not divisible" in result.output and not (tmp_path / "out").exists()
+    assert result.exit_code == 2 and "n_heads=4 does not divide d_model=30" in result.output and not (tmp_path / "out").exists()
 
 
 def test_ray_missing_is_one_line(tmp_path, tiny_run, monkeypatch):
@@ -433,7 +434,7 @@ def test_an_unreachable_ray_address_fails_fast():
 # 8. Leftovers and overwrites
 
 
-def test_a_failed_train_leaves_nothing_and_a_users_files_are_never_replaced(tmp_path, tiny_config, tiny_run):
+def test_a_failed_train_leaves_nothing_and_a_users_files_are_never_replaced(tmp_path, tiny_config, tiny_run, monkeypatch):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / METRICS).write_text("my notes\n")
     with pytest.raises(RunExistsError, match="not a mecheval run"):
@@ -441,8 +442,12 @@ def test_a_failed_train_leaves_nothing_and_a_users_files_are_never_replaced(tmp_
     assert (tmp_path / "mine" / METRICS).read_text() == "my notes\n"
     assert [p.name for p in (tmp_path / "mine").iterdir()] == [METRICS]
 
-    with pytest.raises(ValueError, match="not divisible"):  # fails building the model, after the config validated
-        train(tiny_config(**{"model.d_model": 30, "model.options": {"attention": {"n_heads": 4}}}), tmp_path / "run", quiet=True)
+    def cannot_build(cfg):
+        raise ValueError("cannot build this model")
+
+    with monkeypatch.context() as m, pytest.raises(ValueError, match="cannot build"):  # after the config validated
+        m.setattr("mecheval.training.trainer.build_model", cannot_build)
+        train(tiny_config(), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()
     assert train(tiny_config(), tmp_path / "run", quiet=True)["steps"] == 24
 

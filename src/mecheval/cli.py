@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 import typer
 
 from mecheval.commands.errors import DEBUG, guard_all
 from mecheval.commands.options import example
+from mecheval.plugins import TRUST_ENV
 
 _option_type = typer.core.TyperOption.display_type_rich
 
@@ -34,9 +36,15 @@ app = typer.Typer(
 
 
 @app.callback()
-def options(debug: bool = typer.Option(False, "--debug", help="Show the full traceback of an error.")) -> None:
+def options(
+    debug: bool = typer.Option(False, "--debug", help="Show the full traceback of an error."),
+    trust_plugins: bool = typer.Option(False, "--trust-plugins", help="Let configs import plug-ins from the current "
+                                       "directory (default: installed packages only; see docs/safety.md)."),
+) -> None:
     """Mechanistic evaluation of sequence-model architectures."""
     DEBUG["on"] = debug
+    if trust_plugins:
+        os.environ[TRUST_ENV] = "1"  # inherited by local sweep workers
 
 
 # Each module defines `register(app)` and adds its commands; listed in the order of the data flow.

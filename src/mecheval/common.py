@@ -1,14 +1,18 @@
-"""Helpers several packages use: atomic file writes, dotted config keys, errors as one line (nothing of
-mecheval imported at load)."""
+"""Helpers several packages use: safe atomic file writes and checked reads, numbers in configs, dotted
+config keys, errors as one line (nothing of mecheval imported at load)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import types
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 
 N_EXAMPLES = 512  # examples per intervention readout: the API's (`interventions.N_EXAMPLES`), `intervene`'s and `study`'s
@@ -18,11 +22,72 @@ class ConfigError(ValueError):
     """A config that cannot be read or validated; the message names the field(s) at fault."""
 
 
+MAX_INT = 2**53  # no integer of a config is larger: beyond it a float is no exact integer (`steps: 1e20` is refused, not run)
+
+
+def _numeric(annotation: Any) -> set[type]:
+    """int and/or float among the types a field annotation allows."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    return {a for a in args if a in (int, float)}
+
+
+class Checked(BaseModel):
+    """A pydantic model whose numbers are numbers: a boolean is not accepted for a number (YAML `true` is
+    not 1), an integer is at most MAX_INT, and a float is finite (no `.inf` / `.nan`)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        kinds = _numeric(cls.model_fields[info.field_name].annotation)
+        if kinds and isinstance(value, bool):
+            raise ValueError(f"a boolean is not a number (got {value})")
+        if kinds == {int} and isinstance(value, (int, float)) and abs(value) > MAX_INT:
+            raise ValueError(f"must be at most {MAX_INT}, got {value:g}")
+        return value
+
+
+class UnsafePathError(OSError):
+    """A write that would follow a symbolic link, or leave the directory it belongs to."""
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.abspath(path))  # normalised, symlinks not resolved
+
+
+def check_inside(path: Path, root: Path | None = None) -> Path:
+    """`path` (absolute) if writing it stays in `root` (default: its parent): it lies under `root` and no
+    component below `root`, the file itself included, is a symbolic link; else UnsafePathError naming it.
+    `root` itself may be a link (the user chose it)."""
+    path = _absolute(path)
+    root = path.parent if root is None else _absolute(root)
+    if path == root or root not in path.parents:
+        raise UnsafePathError(f"{path}: outside {root}; refused to write")
+    node = root
+    for part in path.relative_to(root).parts:
+        node = node / part
+        if node.is_symlink():
+            raise UnsafePathError(f"{node}: a symbolic link in a results directory; refused to write through it "
+                                  f"(remove the link and run again)")
+    return path
+
+
+def safe_mkdir(path: Path, root: Path) -> Path:
+    """The directory `path` under `root`, created where missing, never through a symbolic link."""
+    path = check_inside(path, root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @contextlib.contextmanager
-def replacing(path: Path) -> Iterator[Path]:
+def replacing(path: Path, root: Path | None = None) -> Iterator[Path]:
     """Yields a temporary path beside `path` to write; then flushes it to disk and renames it over
-    `path`. A failed write (a full disk) removes the temporary file and leaves `path` as it was."""
+    `path`. A failed write (a full disk) removes the temporary file and leaves `path` as it was.
+    `path` must stay inside `root` without a symbolic link on the way (`check_inside`)."""
+    path = check_inside(path, root)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)  # a killed writer's, or a link planted there
     try:
         yield tmp
         with open(tmp, "rb") as f:
@@ -33,14 +98,61 @@ def replacing(path: Path) -> Iterator[Path]:
         raise
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` whole or not at all (see `replacing`)."""
-    with replacing(path) as tmp, open(tmp, "wb") as f:
+def atomic_write_bytes(path: Path, data: bytes, root: Path | None = None) -> None:
+    """Writes `data` to `path` whole or not at all, never through a symbolic link (see `replacing`):
+    every write into a run or study directory goes through here, with that directory as `root`."""
+    with replacing(path, root) as tmp, open(tmp, "xb") as f:
         f.write(data)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def atomic_write_text(path: Path, text: str, root: Path | None = None) -> None:
+    atomic_write_bytes(path, text.encode(), root)
+
+
+def safe_unlink(path: Path, root: Path) -> None:
+    """Removes the file `path` under `root` (a link there is removed itself, never what it points to)."""
+    path = _absolute(path)
+    if path.parent != _absolute(root):
+        check_inside(path.parent, root)
+    path.unlink(missing_ok=True)
+
+
+def read_json_object(path: Path, fields: dict[str, type | tuple[type, ...]],
+                     optional: dict[str, type | tuple[type, ...]] | None = None) -> dict:
+    """The JSON object in `path` with each of `fields` present and of its type(s), and each of `optional`
+    of its type(s) where present (bools are not numbers); ConfigError naming the file otherwise (empty,
+    truncated, not an object, wrong types)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    checked = {**fields, **{k: v for k, v in (optional or {}).items() if k in data}}
+    for name, kinds in checked.items():
+        value = data.get(name)
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in _tuple(kinds))
+        if not ok:
+            raise ConfigError(f"{path}: field {name!r} is {value!r}, expected {_names(kinds)}")
+    return data
+
+
+def _tuple(kinds) -> tuple:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _names(kinds) -> str:
+    return " or ".join("null" if k is type(None) else k.__name__ for k in _tuple(kinds))
+
+
+def format_validation_error(e: ValidationError, sep: str = "\n") -> str:
+    """`field.path: message` per error, joined by `sep` (the model's kind, a tag of the `model` union, is not
+    part of the field's name)."""
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(p) for i, p in enumerate(err["loc"]) if not (i == 1 and err["loc"][0] == "model" and p in ("lm", "hf")))
+        lines.append(f"{loc or '(config)'}: {err['msg']}")
+    return sep.join(lines)
 
 
 def set_dotted(data: dict, key: str, value: Any) -> None:

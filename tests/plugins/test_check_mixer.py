@@ -75,7 +75,7 @@ def test_the_command_prints_the_table_and_exits_1_on_failure():
 
 def test_options_reach_the_mixer():
     bad = CliRunner().invoke(app, ["check-mixer", "attention", "--no-learn", "-o", "n_heads=3"])
-    assert bad.exit_code == 1 and "not divisible" in bad.output
+    assert bad.exit_code == 1 and "n_heads=3 does not divide d_model" in bad.output
     assert CliRunner().invoke(app, ["check-mixer", "attention", "--no-learn", "-o", "n_heads=2"]).exit_code == 0
 
 

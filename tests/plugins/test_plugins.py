@@ -12,7 +12,7 @@ import torch
 
 from mecheval.models import ModelConfig, build_model
 from mecheval.models.mixers import MIXERS, ZOO, mixer_label, mixer_spec
-from mecheval.plugins import PluginError, load
+from mecheval.plugins import TRUST_ENV, PluginError, load
 from mecheval.tasks import make_task
 from mecheval.tasks.registry import TASKS, ZOO as TASK_ZOO, task_class
 
@@ -83,10 +83,14 @@ def test_a_plugin_without_positions_gets_none(tmp_path, monkeypatch):
     assert ModelConfig(vocab_size=11, mixer=path).pos_emb == "none"
 
 
-def test_modules_in_the_current_directory_are_found(tmp_path, monkeypatch):
+def test_modules_in_the_current_directory_are_found_only_when_trusted(tmp_path, monkeypatch):
     (tmp_path / "cwd_plugin_mixers.py").write_text(GOOD_MIXER)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader adds the current directory
+    monkeypatch.setattr(sys, "path", ["", *sys.path])  # as `python -c` has it; the loader adds the directory if trusted
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    with pytest.raises(ValueError, match="cannot import 'cwd_plugin_mixers'.*--trust-plugins"):
+        ModelConfig(vocab_size=5, n_layers=1, mixer="cwd_plugin_mixers:CumMean")
+    monkeypatch.setenv(TRUST_ENV, "1")
     cfg = ModelConfig(vocab_size=5, n_layers=1, mixer="cwd_plugin_mixers:CumMean")
     assert cfg.mixer == ["cwd_plugin_mixers:CumMean"] and str(tmp_path) in sys.path
 

@@ -12,6 +12,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from mecheval.cli import app
+from mecheval.plugins import TRUST_ENV
 
 MYLAB = Path(__file__).parent / "modules" / "mylab"
 
@@ -32,10 +33,11 @@ def test_a_user_mixer_trains_from_yaml_and_is_intervened_on_by_site_name(tmp_pat
     shutil.copytree(MYLAB, tmp_path / "mylab")  # the user's project: mylab/ beside the config
     (tmp_path / "train.yaml").write_text(CONFIG)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader adds the current directory
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader adds the current directory (trusted)
+    monkeypatch.setenv(TRUST_ENV, "0")  # restored after --trust-plugins sets it
     runner = CliRunner()
 
-    trained = runner.invoke(app, ["train", "train.yaml", "--out", "run", "--quiet"])
+    trained = runner.invoke(app, ["--trust-plugins", "train", "train.yaml", "--out", "run", "--quiet"])
     assert trained.exit_code == 0, trained.output
     config = (tmp_path / "run" / "config.yaml").read_text()
     assert "mylab.mixers:GatedCumMean" in config and "d_conv:\n  - 2\n  - 2" in config  # the class's default

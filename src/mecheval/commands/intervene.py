@@ -20,6 +20,7 @@ import typer
 
 from mecheval.commands.options import example, split_list
 from mecheval.common import describe
+from mecheval.training.lock import DirLock
 
 
 def register(app: typer.Typer) -> None:
@@ -31,6 +32,7 @@ def register(app: typer.Typer) -> None:
         "mecheval intervene sweep/ --corrupt value --out /tmp/value-readouts",
     ))
     def intervene(
+        ctx: typer.Context,
         path: Annotated[Optional[Path], typer.Argument(help="A run directory, or a sweep directory holding runs (not with --hf).", exists=True)] = None,
         corrupt: Annotated[list[str], typer.Option(help="Role(s) to corrupt, e.g. key,value. The verdict is read under key corruption only; other roles get attributions, no label.")] = ["key"],
         n: Annotated[int, typer.Option(min=1, help="Examples per run (the API's N_EXAMPLES; `mecheval study` uses the same).")] = N_EXAMPLES,
@@ -69,6 +71,8 @@ def register(app: typer.Typer) -> None:
         except FileNotFoundError as e:
             raise typer.BadParameter(str(e)) from None
         check_arguments(runs, corrupt, sites, positions or [], split)
+        if runs != [path]:  # a sweep or study: no report reads it while its runs change (intervene_run locks each)
+            ctx.with_resource(DirLock(path, "sweep directory"))
         if over_training:
             if VERDICT_ROLE not in corrupt:
                 raise typer.BadParameter(f"the readouts over training are verdicts, read under {VERDICT_ROLE} corruption",

@@ -19,18 +19,21 @@ def runs(
     from rich.console import Console
     from rich.table import Table
 
+    from mecheval.common import ConfigError, atomic_write_bytes
+    from mecheval.plugins import reading_results
     from mecheval.sweeps.spec import short_keys
     from mecheval.sweeps.table import best_lr as select_best
     from mecheval.sweeps.table import collect, varying
 
     try:
-        df = collect(sweep_dir)
-        df.to_parquet(sweep_dir / "runs.parquet", index=False)
+        with reading_results():  # the files only: no plug-in a config names is imported
+            df = collect(sweep_dir)
+        atomic_write_bytes(sweep_dir / "runs.parquet", df.to_parquet(index=False), sweep_dir)
         shown = df
         if best_lr:
             shown = select_best(df, metric)
-            shown.to_parquet(sweep_dir / "best_lr.parquet", index=False)
-    except (FileNotFoundError, KeyError) as e:
+            atomic_write_bytes(sweep_dir / "best_lr.parquet", shown.to_parquet(index=False), sweep_dir)
+    except (FileNotFoundError, KeyError, ConfigError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     fields = varying(df)

@@ -12,11 +12,14 @@ and the title says which and how many examples.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+from mecheval.common import atomic_write_bytes
 
 
 def _figure(ax: Axes | None, path, size: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -34,10 +37,12 @@ def _figure(ax: Axes | None, path, size: tuple[float, float]) -> tuple[Figure, A
 
 
 def save(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Writes `fig` to `path` (folders made)."""
+    """Writes `fig` to `path` as a PNG (folders made), whole (`common.atomic_write_bytes`; never through a link)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import atomic_write_text
+from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
 
 from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_table, example_table
 from mecheval.interventions.artefact import distance_subsets, short_convs, subsets
@@ -28,8 +28,9 @@ from mecheval.interventions.patching import N_EXAMPLES, interchange
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
 from mecheval.interventions.state_readout import state_curve, state_sites
 from mecheval.interventions.positions import Position
-from mecheval.interventions.verdict import JOINT, ROLES, NothingToRead, Verdict, mechanism, read_point
+from mecheval.interventions.verdict import JOINT, LABELS, ROLES, NothingToRead, Verdict, mechanism, read_point
 from mecheval.models.sites import matches
+from mecheval.training.lock import run_locked
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
 
@@ -63,12 +64,13 @@ def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int 
         return None
     batch = batch.select(slice(0, STATE_EXAMPLES))
     curve = state_curve(lm, task, batch, corrupt=corrupt, seed=seed)
-    curve.to_parquet(run_dir / "state_curve.parquet", index=False)
+    write_table(run_dir, "state_curve.parquet", curve)
     state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
                      title=f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {corrupt}, n = {len(batch)}")
     return curve
 
 
+@run_locked
 def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") -> pd.DataFrame | None:
     """RUN_DIR/examples.parquet (`example_table`) on the batch `intervene_run` reads with the same n, seed and
     split, for a run intervened on before the table existed: one forward pass, nothing patched. None for
@@ -80,13 +82,41 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
     if batch.answer.dim() != 1:
         return None
     table = example_table(lm, batch, subsets(lm, batch))
-    table.to_parquet(Path(run_dir) / EXAMPLES, index=False)
+    write_table(Path(run_dir), EXAMPLES, table)
     return table
 
 
 # verdict.json's `rules`: 3 = labels decided by intervals, direct retrieval by the full-window readout's
 # joint patch where read (2: by the joint key&query patch; 1: points)
 VERDICT_RULES = 3
+VERDICT = "verdict.json"
+NUMBER = (int, float)
+VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
+                  "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on
+
+
+def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> None:
+    """RUN_DIR/name as Parquet, written whole (`common.atomic_write_bytes`)."""
+    atomic_write_bytes(run_dir / name, df.to_parquet(index=False), run_dir)
+
+
+def read_verdict_file(run_dir: Path) -> dict:
+    """RUN_DIR/verdict.json, checked: an object with VERDICT_FIELDS of their types and a known label;
+    ConfigError naming the file otherwise (a 0-byte file left by a full disk, `[]`, wrong types)."""
+    path = Path(run_dir) / VERDICT
+    row = read_json_object(path, VERDICT_FIELDS)
+    if row["verdict"] not in LABELS:
+        raise ConfigError(f"{path}: verdict {row['verdict']!r} is not one of {list(LABELS)}")
+    return row
+
+
+def has_valid_verdict(run_dir: Path) -> bool:
+    """verdict.json exists and reads (`read_verdict_file`); a missing, empty or invalid one is recomputed."""
+    try:
+        read_verdict_file(run_dir)
+    except (OSError, ConfigError):
+        return False
+    return True
 
 
 def read_verdict(
@@ -129,9 +159,10 @@ def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: st
     artefact control and cells are those of the code that patched them)."""
     row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)
     row |= {"rules": VERDICT_RULES, "min_effect": min_effect, "source": source}
-    atomic_write_text(run_dir / "verdict.json", json.dumps(row, indent=2) + "\n")
+    atomic_write_text(run_dir / VERDICT, json.dumps(row, indent=2) + "\n", run_dir)
 
 
+@run_locked
 def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
     """verdict.json decided anew by the current rules from the run's committed tables (interventions.parquet,
     conv_window.parquet and carriers.parquet where present): no model is built, nothing is patched. A
@@ -150,8 +181,7 @@ def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
 
 def verdict_is_current(run_dir: Path) -> bool:
     """verdict.json exists and was decided by the current rules."""
-    path = Path(run_dir) / "verdict.json"
-    return path.exists() and json.loads(path.read_text()).get("rules") == VERDICT_RULES
+    return has_valid_verdict(run_dir) and read_verdict_file(run_dir).get("rules") == VERDICT_RULES
 
 
 class ReadoutKindError(ValueError):
@@ -190,6 +220,7 @@ def check_replace(out_dir: Path, corrupt: list[str], direction: str, method: str
                                f"elsewhere with --out DIR, or pass --replace")
 
 
+@run_locked
 def intervene_run(
     run_dir: Path,
     corrupt: list[str],
@@ -259,21 +290,23 @@ def intervene_model(
         tables.append(interchange(lm, task, batch, VERDICT_ROLE, ["resid_pre"], [JOINT], seed=seed,
                                   direction=direction, subsets=masks, method=method))
     df = pd.concat(tables, ignore_index=True)
-    (out_dir / "interventions").mkdir(parents=True, exist_ok=True)
-    df.to_parquet(out_dir / "interventions.parquet", index=False)
-    accuracy_table(lm, batch, masks).to_parquet(out_dir / "accuracy.parquet", index=False)
+    safe_mkdir(out_dir, out_dir.parent)
+    safe_unlink(out_dir / VERDICT, out_dir)  # until this call's is written, the run has none
+    write_table(out_dir, "interventions.parquet", df)
+    write_table(out_dir, "accuracy.parquet", accuracy_table(lm, batch, masks))
     if batch.answer.dim() == 1:  # per example, so that runs read on these examples compare like for like
-        example_table(lm, batch, masks).to_parquet(out_dir / EXAMPLES, index=False)
+        write_table(out_dir, EXAMPLES, example_table(lm, batch, masks))
     kept = {f for name, files in KEPT.items() if name not in analyses for f in files}
-    for old in (out_dir / "interventions").glob("*.png"):  # a previous call's heatmaps and profiles
+    figures = safe_mkdir(out_dir / "interventions", out_dir)
+    for old in figures.glob("*.png"):  # a previous call's heatmaps and profiles
         if str(old.relative_to(out_dir)) not in kept:
-            old.unlink()
+            safe_unlink(old, out_dir)
     role = VERDICT_ROLE if VERDICT_ROLE in corrupt else corrupt[0]
     outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
     if "conv-window" in analyses and short_convs(lm):
         window = conv_window(lm, task, outside, corrupt=role, seed=seed)
-        window.to_parquet(out_dir / "conv_window.parquet", index=False)
-        conv_ablation(lm, outside).to_parquet(out_dir / "conv_ablation.parquet", index=False)
+        write_table(out_dir, "conv_window.parquet", window)
+        write_table(out_dir, "conv_ablation.parquet", conv_ablation(lm, outside))
         if not window.empty:
             conv_window_heatmap(window, out_dir / "interventions" / "conv_window.png", title=textwrap.fill(out_dir.name, 48))
     window_path = out_dir / "conv_window.parquet"
@@ -290,15 +323,13 @@ def intervene_model(
     verdict, carriers = (read_with_carriers(lm, task, batch, df, masks, VERDICT_ROLE, min_effect, window, seed)
                          if reads else (None, None))
     if carriers is not None:
-        carriers.to_parquet(out_dir / "carriers.parquet", index=False)
+        write_table(out_dir, "carriers.parquet", carriers)
     else:  # a previous call's, read with the verdict this call does not write
-        (out_dir / "carriers.parquet").unlink(missing_ok=True)
+        safe_unlink(out_dir / "carriers.parquet", out_dir)
     if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
         write_state_readout(out_dir, lm, task, outside, role, seed)
     if verdict is not None:
         write_verdict(out_dir, verdict, min_effect)
-    elif (out_dir / "verdict.json").exists():
-        (out_dir / "verdict.json").unlink()  # it read the table this call replaced (allowed: a superset, or --replace)
     return df, verdict
 
 

@@ -30,11 +30,13 @@ from mecheval.interventions.conv_window import best_cell, conv_window
 from mecheval.interventions.patching import interchange
 from mecheval.interventions.runs import VERDICT_RULES, read_verdict, read_with_carriers
 from mecheval.interventions.verdict import ROLES
+from mecheval.training.lock import run_locked
 
 TIMELINE = "timeline.parquet"
 PARAMS = ("n_examples", "corrupt", "seed", "fingerprint", "rules")  # `rules`: the verdict rules (runs.VERDICT_RULES)
 
 
+@run_locked
 def timeline(run_dir: str | Path, n: int = 256, corrupt: str = "key", seed: int = 0, min_effect: float = 0.01,
              quiet: bool = True) -> pd.DataFrame:
     """The timeline table of a run (module docstring), computed where missing; returns all of it."""
@@ -60,7 +62,7 @@ def timeline(run_dir: str | Path, n: int = 256, corrupt: str = "key", seed: int 
         part = _readout(lm, task, batch, masks, read, subset, corrupt, min_effect).assign(step=step, **params)
         done = (part if done.empty else pd.concat([done, part], ignore_index=True)).sort_values(
             ["step", "boundary", "role"], ignore_index=True)
-        atomic_write_bytes(run_dir / TIMELINE, done.to_parquet(index=False))
+        atomic_write_bytes(run_dir / TIMELINE, done.to_parquet(index=False), run_dir)
     return done
 
 

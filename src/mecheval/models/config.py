@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
+from mecheval.common import Checked, format_validation_error
 from mecheval.models.presets import ARCHITECTURES
 from mecheval.models.shortconv import ConvSpec, validate_conv_spec
 from mecheval.plugins import PluginError
@@ -25,7 +26,7 @@ def _per_layer(value: Any, n_layers: int, field: str) -> list:
     return [value] * n_layers
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(Checked):
     """An LM: embedding (+ learned positions) -> n_layers pre-norm blocks -> final norm -> tied head.
 
     Per-layer fields (`mixer`, `d_conv`, `mlp`, `norm`) take one value for every layer or a list with
@@ -107,10 +108,12 @@ class ModelConfig(BaseModel):
             norms[i] = s.default_norm if norms[i] is None else norms[i]
         if self.build == "study":
             self._apply_study_build(mixers, convs)
-        for name, opts in self.options.items():
+        for name in dict.fromkeys([*self.options, *mixers]):
             try:
-                mixer_spec(name).options(**opts)
-            except (ValidationError, PluginError) as e:
+                mixer_spec(name).options(**self.options.get(name, {})).check(self.d_model)
+            except ValidationError as e:
+                raise ValueError(f"options.{name}.{format_validation_error(e, '; ')}") from None
+            except (PluginError, ValueError) as e:
                 raise ValueError(f"options.{name}: {e}") from None
         if self.init == "zoology" and set(mixers) != {"mamba"}:
             raise ValueError(f"init 'zoology' is the study's scheme for Mamba models only; mixers are {mixers}")

@@ -11,13 +11,16 @@ caption saying what is patched and how to read it.
 from __future__ import annotations
 
 import base64
-import json
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from scipy import stats
 
+from mecheval.common import atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
+from mecheval.plugins import reading_results
+from mecheval.training.lock import DirLock
 from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_attribution, published_verdict
@@ -387,11 +390,6 @@ def _formed(best: pd.DataFrame, evidence: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def _meta(study_dir: Path) -> dict:
-    path = study_dir / STUDY_JSON
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def study_findings(study_dir: str | Path, seeds: list[int] | None = None) -> dict[str, Outcome]:
     """finding id -> its outcome on the study's best-learning-rate runs (of `seeds` only where given), for the
     findings the study checks."""
@@ -420,7 +418,28 @@ def describe(meta: dict, archs: list[str]) -> str:
 
 
 def build_report(study_dir: str | Path) -> Report:
+    """The report of the study (or sweep) in `study_dir`, from its files alone: no plug-in is imported
+    (`plugins.reading_results`), and the study's and its runs' locks are held shared while it reads and
+    writes, so that no `intervene` or training writes under it meanwhile (LockedError: busy)."""
     study_dir = Path(study_dir)
+    with contextlib.ExitStack() as held:
+        held.enter_context(reading_results())
+        held.enter_context(DirLock(study_dir, "study directory", shared=True))
+        for run_dir in sorted(p for p in (study_dir / RUNS).glob("*") if p.is_dir()):
+            held.enter_context(DirLock(run_dir, "run directory", shared=True))
+        return _build(study_dir)
+
+
+def _meta(study_dir: Path) -> dict:
+    """study.json (an object; `description` and `preset` strings where present); {} where absent."""
+    path = study_dir / STUDY_JSON
+    if not path.exists():
+        return {}
+    return read_json_object(path, {}, optional={**{k: str for k in ("description", "preset", "scale", "cpu_drops")},
+                                                "wall_time_s": (int, float), "findings": list})
+
+
+def _build(study_dir: Path) -> Report:
     meta = _meta(study_dir)
     df = study_table(study_dir)
     summary = summarise(df)
@@ -438,23 +457,22 @@ def build_report(study_dir: str | Path) -> Report:
         summary["formed_at"] = summary["arch"].map(by_arch).fillna("")
     overview = overview_text(summary, formed_by_arch, [(c, o.status) for c, o in findings])
     glance = overview_table(summary, formed_by_arch)
-    summary.to_csv(study_dir / "summary.csv", index=False)
+    atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False), study_dir)
     seeds = seeds_table(df)
 
-    fig_dir = study_dir / "figures"
-    fig_dir.mkdir(exist_ok=True)
+    fig_dir = safe_mkdir(study_dir / "figures", study_dir)
     pngs = _figures(study_dir, df, summary, best, timelines)
     example = _example(study_dir, best)
     files = {}
     for name, (data, _) in pngs.items():
         files[name] = fig_dir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
-        files[name].write_bytes(data)
+        atomic_write_bytes(files[name], data, study_dir)
     written = set(files.values())
     if example is not None:
-        (fig_dir / "how_to_read.png").write_bytes(example[0])
+        atomic_write_bytes(fig_dir / "how_to_read.png", example[0], study_dir)
         written.add(fig_dir / "how_to_read.png")
     for stale in set(fig_dir.glob("*.png")) - written:  # drawn by an earlier build, not by this one
-        stale.unlink()
+        safe_unlink(stale, study_dir)
 
     findings_df = pd.DataFrame([{"finding": c, "status": o.status, "evidence": o.evidence} for c, o in findings])
     title = (f"mecheval study: {meta['preset']}" if "preset" in meta else f"mecheval runs: {study_dir.name}") + (
@@ -517,11 +535,13 @@ def build_report(study_dir: str | Path) -> Report:
         md += [f"## {sec.head}", "", sec.note, "", _fmt(sec.table).to_markdown(index=False) if len(sec.table) else "(none)", ""]
     md += ["## Figures", ""] + [f"![{n}](figures/{p.name})\n\n{pngs[n][1]}\n" for n, p in files.items()]
     markdown = study_dir / "report.md"
-    markdown.write_text("\n".join(md) + "\n")
+    atomic_write_text(markdown, "\n".join(md) + "\n", study_dir)
 
     images = {n: (base64.b64encode(d).decode(), c) for n, (d, c) in pngs.items()}
     example_b64 = None if example is None else (base64.b64encode(example[0]).decode(), example[1])
     html = study_dir / "report.html"
-    html.write_text(render_html(title, {**meta, "wall_time_line": wall_time_line(meta)}, overview, glance, HOW_TO_READ, example_b64,
-                                [Section(x.head, x.note, _fmt(x.table), x.raw) for x in sections], images))
+    atomic_write_text(html, render_html(title, {**meta, "wall_time_line": wall_time_line(meta)}, overview, glance,
+                                        HOW_TO_READ, example_b64,
+                                        [Section(x.head, x.note, _fmt(x.table), x.raw) for x in sections], images),
+                      study_dir)
     return Report(markdown, html, summary, overview)

@@ -8,10 +8,10 @@ summary sits) in `data-layout` as JSON; the browser test reads both.
 from __future__ import annotations
 
 import jinja2
-from markupsafe import escape
+from markupsafe import Markup, escape
 import pandas as pd
 
-TEMPLATE = jinja2.Template(
+TEMPLATE = jinja2.Environment(autoescape=True).from_string(  # every string from a file is escaped
     """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
 <style>
@@ -66,10 +66,11 @@ window.addEventListener("load", () => {
 )
 
 
-def table_html(table: pd.DataFrame) -> str:
-    """A table with agree/disagree and reproduced/inconclusive/not-reproduced cells classed for colour."""
+def table_html(table: pd.DataFrame) -> Markup:
+    """A table with agree/disagree and reproduced/inconclusive/not-reproduced cells classed for colour;
+    every header and cell escaped."""
     if table.empty:
-        return "<p>(none)</p>"
+        return Markup("<p>(none)</p>")
     rows = ["<table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in table.columns) + "</tr>"]
     for _, r in table.iterrows():
         cells = []
@@ -79,7 +80,7 @@ def table_html(table: pd.DataFrame) -> str:
                 "num" if _is_number(text) else "")
             cells.append(f'<td class="{cls}">{escape(text)}</td>' if cls else f"<td>{escape(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return "\n".join(rows) + "</table>"
+    return Markup("\n".join(rows) + "</table>")
 
 
 def _is_number(text: str) -> bool:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.interventions.runs import VERDICT, read_verdict_file
 from mecheval.models.mixers import mixer_label
+from mecheval.plugins import is_import_path
 from mecheval.models.presets import arch_label
 from mecheval.sweeps.table import best_lr, collect, runs_dir
 from mecheval.training.run_dir import RunDir
@@ -26,16 +28,26 @@ def _default_convs(preset: str, mixers: str, n_layers: int) -> tuple:
     return tuple(ModelConfig(vocab_size=1, n_layers=n_layers, **data).d_conv)
 
 
-def _chance(task_cfg) -> float:
+def _chance(task: dict) -> float:
+    """The task's chance accuracy; NaN for a plug-in task (reading results imports no plug-in)."""
     from mecheval.tasks import make_task
 
-    return make_task(task_cfg.name, **task_cfg.params).chance_accuracy
+    if is_import_path(task["name"]):
+        return float("nan")
+    return make_task(task["name"], **task.get("params", {})).chance_accuracy
+
+
+def _label(mixer: str) -> str:
+    """A mixer as reports name it: its zoo name, or a plug-in's class name in lower case (its code is not
+    imported to read results)."""
+    return mixer.rpartition(":")[2].rpartition(".")[2].lower() if is_import_path(mixer) else mixer_label(mixer)
 
 
 def arch_parts(row: pd.Series) -> tuple[str, int | str | None]:
     """A run's architecture as data: (name, conv). The name is the preset, or the mixers joined by `+`
     (a plug-in by its class name); conv is the first layer's convolution that differs from that
-    architecture's published default, None where none does. `models.presets.arch_label` writes them.
+    architecture's published default, None where none does (always None with a plug-in mixer, whose
+    default reading results does not import). `models.presets.arch_label` writes them.
     A transformers model (`model.hf`) is `hf:` and its class name, conv None."""
     hf = row.get("model.hf")
     if isinstance(hf, str):
@@ -43,8 +55,10 @@ def arch_parts(row: pd.Series) -> tuple[str, int | str | None]:
     preset = row.get("model.preset")
     preset = preset if isinstance(preset, str) else None
     mixers = json.loads(row["model.mixer"])
-    name = preset or "+".join(dict.fromkeys(mixer_label(m) for m in mixers))
+    name = preset or "+".join(dict.fromkeys(_label(m) for m in mixers))
     convs = json.loads(row["model.d_conv"])
+    if any(is_import_path(m) for m in mixers):
+        return name, None
     default = _default_convs(preset or "", row["model.mixer"], int(row["model.n_layers"]))
     changed = [c for c, d in zip(convs, default) if c != d]
     return name, changed[0] if changed else None
@@ -69,12 +83,12 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
         df["acc_heldout"] = df[HELDOUT_ACC]
     df["best_lr"] = df["name"].isin(best)
     root = runs_dir(study_dir)
-    df["chance"] = [_chance(RunDir(root / name).read_config().task) for name in df["name"]]
+    df["chance"] = [_chance(RunDir(root / name).read_config_data()["task"]) for name in df["name"]]
     df["run_dir"] = [str(root / name) for name in df["name"]]
     verdicts = []
-    for name in df["name"]:
-        path = root / name / "verdict.json"
-        verdicts.append(json.loads(path.read_text()) if path.exists() else {})
+    for name in df["name"]:  # a verdict.json that does not read is an error naming it (`read_verdict_file`)
+        run_dir = root / name
+        verdicts.append(read_verdict_file(run_dir) if (run_dir / VERDICT).exists() else {})
     fields = list(dict.fromkeys([*VERDICT_FIELDS, *(k for v in verdicts for k in v)]))
     for f in fields:  # the verdict, its detail and intervals, and the accuracy it rests on (`intervene_run`)
         df[f] = [v.get(f) for v in verdicts]

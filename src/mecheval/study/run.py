@@ -21,7 +21,7 @@ from tqdm import tqdm
 from mecheval.common import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
-from mecheval.interventions.runs import intervene_run, relabel_run, verdict_is_current, write_examples
+from mecheval.interventions.runs import has_valid_verdict, intervene_run, relabel_run, verdict_is_current, write_examples
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
@@ -29,7 +29,8 @@ from mecheval.report.build import STUDY_JSON
 from mecheval.study.presets import STUDIES, TIMELINE_EXAMPLES, Study
 from mecheval.sweeps import SweepConfig, collect, run_sweep
 from mecheval.sweeps.runner import RUNS
-from mecheval.common import atomic_write_text
+from mecheval.training.lock import DirLock
+from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object
 
 
 def get_study(name: str) -> Study:
@@ -69,41 +70,45 @@ def run_study(
         raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))
     times["train_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    runs = sorted(out / RUNS / o.name for o in outcomes)
-    todo = [d for d in runs if not (d / "verdict.json").exists()]
-    for run_dir in runs:  # verdicts decided by earlier rules: decided anew from their tables
-        if run_dir not in todo and not verdict_is_current(run_dir):
-            relabel_run(run_dir, study.min_effect)
-    unreadable = []
-    for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
-        try:
-            intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),
-                          min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
-        except Exception as e:  # one bad run is reported and skipped; the report shows it without a verdict
-            unreadable.append(run_dir.name)
-            tqdm.write(f"skipped interventions of {run_dir.name}: {describe(e)}", file=sys.stderr)
-    times["intervene_s"] = time.perf_counter() - start
+    with DirLock(out, "study directory"):  # readouts written: no report reads the study meanwhile
+        start = time.perf_counter()
+        runs = sorted(out / RUNS / o.name for o in outcomes)
+        todo = [d for d in runs if not has_valid_verdict(d)]  # missing, or left empty or invalid: recomputed
+        for run_dir in runs:  # verdicts decided by earlier rules: decided anew from their tables
+            if run_dir not in todo and not verdict_is_current(run_dir):
+                relabel_run(run_dir, study.min_effect)
+        unreadable = []
+        for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
+            try:
+                intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),
+                              min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
+            except Exception as e:  # one bad run is reported and skipped; the report shows it without a verdict
+                unreadable.append(run_dir.name)
+                tqdm.write(f"skipped interventions of {run_dir.name}: {describe(e)}", file=sys.stderr)
+        times["intervene_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()  # the readouts over training, where snapshots were kept (only new ones)
-    for run_dir in tqdm([d for d in runs if snapshot_steps(d)], desc="timeline", unit="run", disable=quiet):
-        try:
-            timeline(run_dir, n=TIMELINE_EXAMPLES, corrupt=study.corrupt[0], min_effect=study.min_effect)
-        except Exception as e:  # reported and skipped, as an intervention failure is
-            tqdm.write(f"skipped the timeline of {run_dir.name}: {describe(e)}", file=sys.stderr)
-    times["timeline_s"] = time.perf_counter() - start
+        start = time.perf_counter()  # the readouts over training, where snapshots were kept (only new ones)
+        for run_dir in tqdm([d for d in runs if snapshot_steps(d)], desc="timeline", unit="run", disable=quiet):
+            try:
+                timeline(run_dir, n=TIMELINE_EXAMPLES, corrupt=study.corrupt[0], min_effect=study.min_effect)
+            except Exception as e:  # reported and skipped, as an intervention failure is
+                tqdm.write(f"skipped the timeline of {run_dir.name}: {describe(e)}", file=sys.stderr)
+        times["timeline_s"] = time.perf_counter() - start
 
-    collect(out).to_parquet(out / "runs.parquet", index=False)
-    previous = json.loads((out / STUDY_JSON).read_text()) if (out / STUDY_JSON).exists() else {}
-    meta = {
-        "preset": study.name, "scale": scale, "description": study.description,
-        "cpu_drops": study.cpu_drops if scale == "cpu" else "", "findings": list(study.findings),
-        "n_examples": n_examples, "runs": len(runs), "not_intervened": unreadable, "archs": axes.get("archs"),
-        # a resumed study adds this call's time to what earlier calls spent
-        **{k: previous.get(k, 0.0) + v for k, v in times.items()},
-    }
-    meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"] + meta.get("timeline_s", 0.0)
-    atomic_write_text(out / STUDY_JSON, json.dumps(meta, indent=2) + "\n")
+        atomic_write_bytes(out / "runs.parquet", collect(out).to_parquet(index=False), out)
+        try:  # an earlier call's timings; a study.json left unreadable is rewritten
+            previous = read_json_object(out / STUDY_JSON, {})
+        except (OSError, ConfigError):
+            previous = {}
+        meta = {
+            "preset": study.name, "scale": scale, "description": study.description,
+            "cpu_drops": study.cpu_drops if scale == "cpu" else "", "findings": list(study.findings),
+            "n_examples": n_examples, "runs": len(runs), "not_intervened": unreadable, "archs": axes.get("archs"),
+            # a resumed study adds this call's time to what earlier calls spent
+            **{k: previous.get(k, 0.0) + v for k, v in times.items()},
+        }
+        meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"] + meta.get("timeline_s", 0.0)
+        atomic_write_text(out / STUDY_JSON, json.dumps(meta, indent=2) + "\n", out)
     return build_report(out)
 
 

@@ -20,6 +20,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from mecheval.common import check_inside
+
 ERROR_LOG = "error.log"
 THREADS_ENV = "MECHEVAL_THREADS"  # caps each local worker's torch threads; 1 makes runs match one-thread runs bit for bit
 
@@ -65,7 +67,7 @@ def run_one(config: dict, run_dir: str, threads: int) -> dict:
         log = Path(run_dir) / ERROR_LOG
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "a") as f:
+            with open(check_inside(log), "a") as f:  # not through a link
                 f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} on {socket.gethostname()}\n")
                 f.write(traceback.format_exc())
             where = f" (traceback in {log})"
@@ -74,6 +76,16 @@ def run_one(config: dict, run_dir: str, threads: int) -> dict:
         raise RunFailed(_describe(e) + where) from None
     finally:
         _busy.clear()
+
+
+def run_one_ray(config: dict, run_dir: str, threads: int) -> dict:
+    """`run_one` as a Ray task. Ray reuses a worker for later tasks, so each starts with the stop flag clear
+    (a SIGTERM to an earlier task set it); a task stopped by a signal raises TrainingInterrupted after its
+    checkpoint, which `run_ray` has Ray retry like a crashed worker."""
+    from mecheval.training.trainer import STOP
+
+    STOP.clear()
+    return run_one(config, run_dir, threads)
 
 
 def _init_worker(parent: int) -> None:
@@ -140,12 +152,15 @@ def run_ray(jobs: list[Job], address: str | None, max_retries: int) -> Iterator[
         check_reachable(address)
         ray.init(address=address)
         reaper = reap_with_me() if address is None else None  # a local Ray dies with this process
+    from mecheval.training.trainer import TrainingInterrupted
+
     try:
-        task = ray.remote(run_one)
+        task = ray.remote(run_one_ray)
         refs = {}
         for job in jobs:
             res = job.config["resources"]
-            opts = {"num_cpus": res["num_cpus"], "num_gpus": res["num_gpus"], "max_retries": max_retries, "name": job.name}
+            opts = {"num_cpus": res["num_cpus"], "num_gpus": res["num_gpus"], "max_retries": max_retries, "name": job.name,
+                    "retry_exceptions": [TrainingInterrupted]}  # a SIGTERM: retried from the checkpoint
             refs[task.options(**opts).remote(job.config, str(job.run_dir), max(1, int(res["num_cpus"])))] = job.name
         pending = list(refs)
         try:

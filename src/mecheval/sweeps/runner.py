@@ -124,4 +124,4 @@ def _write_spec(out: Path, sweep: SweepConfig, on_note: Callable[[str], None]) -
         diff = [f"{key}: {a.get(key, '(absent)')} -> {b.get(key, '(absent)')}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
         on_note(f"{path}: the spec changed ({'; '.join(diff[:5])}{' …' if len(diff) > 5 else ''}); "
                 f"the previous one is kept as sweep.{k}.yaml")
-    atomic_write_text(path, text)
+    atomic_write_text(path, text, out)

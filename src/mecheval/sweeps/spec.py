@@ -86,6 +86,12 @@ def run_name(overrides: dict[str, Any], keys: list[str]) -> str:
 def expand(sweep: SweepConfig) -> list[RunSpec]:
     """Every run of the sweep, validated; an error names the run and the field at fault."""
     base = read_yaml(sweep.base) if isinstance(sweep.base, str) else sweep.base
+    return [RunSpec(name, overrides, validate_config(base, overrides, source=f"run {name}"))
+            for name, overrides in run_overrides(sweep)]
+
+
+def run_overrides(sweep: SweepConfig) -> list[tuple[str, dict[str, Any]]]:
+    """(name, overrides over the base) of every run of the sweep, nothing validated or imported."""
     axes = list(sweep.grid)
     empty = [a for a in axes if not sweep.grid[a]]
     if empty:
@@ -99,5 +105,5 @@ def expand(sweep: SweepConfig) -> list[RunSpec]:
             if name in seen:
                 raise ConfigError(f"runs {seen[name]} and {overrides} get the same name {name!r}")
             seen[name] = overrides
-            runs.append(RunSpec(name, overrides, validate_config(base, overrides, source=f"run {name}")))
+            runs.append((name, overrides))
     return runs

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.sweeps.runner import RUNS, SPEC
-from mecheval.sweeps.spec import expand, load_sweep
+from mecheval.sweeps.spec import load_sweep, run_overrides
 from mecheval.training.config import flatten
 from mecheval.training.run_dir import CONFIG, RunDir
 
@@ -35,13 +35,13 @@ def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     sweep_dir = Path(sweep_dir)
     configs = sorted(runs_dir(sweep_dir).glob(f"*/{CONFIG}"))
     if (sweep_dir / SPEC).exists() and not every_run:
-        names = {run.name for run in expand(load_sweep(sweep_dir / SPEC))}
+        names = {name for name, _ in run_overrides(load_sweep(sweep_dir / SPEC))}
         configs = [c for c in configs if c.parent.name in names]
     rows = []
     for config in configs:
         run = RunDir(config.parent)
         row = {"name": run.path.name, "status": "done" if run.finished else "unfinished"}
-        row.update(flatten(run.read_config().model_dump(mode="json")))
+        row.update(flatten(run.read_config_data()))
         if run.finished:
             row.update(flatten(run.read_summary(), "summary."))
         rows.append(row)

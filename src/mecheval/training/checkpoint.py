@@ -27,8 +27,10 @@ class CheckpointError(RuntimeError):
     """A checkpoint or weights file that is unreadable, or does not match the run's config."""
 
 
-def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    with replacing(path) as tmp:
+def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str],
+                        root: Path | None = None) -> None:
+    """A safetensors file written whole or not at all, inside `root` (`common.replacing`)."""
+    with replacing(path, root) as tmp:
         try:
             save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
         except SafetensorError as e:  # an OSError underneath (e.g. no space left on device)

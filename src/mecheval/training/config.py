@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from mecheval.common import ConfigError, flatten, set_dotted
+from mecheval.common import Checked, ConfigError, flatten, format_validation_error, set_dotted
 from mecheval.models.config import AnyModelConfig
 
 
-class _Strict(BaseModel):
+class _Strict(Checked):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -208,16 +208,6 @@ def task_vocab_size(name: str, params_json: str) -> int:
         raise ValueError(f"task: cannot build {name!r} with params {params_json}: {e}") from None
 
 
-def format_validation_error(e: ValidationError) -> str:
-    """One line per error: `field.path: message`."""
-    lines = []
-    for err in e.errors():
-        loc = ".".join(str(p) for i, p in enumerate(err["loc"]) if not (i == 1 and err["loc"][0] == "model" and p in ("lm", "hf")))
-        loc = loc or "(config)"  # (the model's kind, a tag of the union, is not part of the field's name)
-        lines.append(f"{loc}: {err['msg']}")
-    return "\n".join(lines)
-
-
 def parse_override(text: str) -> tuple[str, Any]:
     """`"a.b=value"` -> ("a.b", yaml-parsed value)."""
     key, sep, raw = text.partition("=")
@@ -232,9 +222,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):

@@ -24,7 +24,8 @@ import yaml
 
 from mecheval.common import atomic_write_bytes, atomic_write_text
 from mecheval.training.checkpoint import CheckpointError, load_weights, read_tensors
-from mecheval.training.config import ConfigError, TrainConfig, validate_config
+from mecheval.plugins import is_import_path
+from mecheval.training.config import ConfigError, TrainConfig, read_yaml, validate_config
 
 CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
     "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
@@ -59,18 +60,30 @@ class RunDir:
     def started(self) -> bool:
         return (self.path / CONFIG).exists()
 
-    def read_config(self) -> TrainConfig:
+    def _read_config_yaml(self) -> dict:
         path = self.path / CONFIG
         if not path.exists():
             raise FileNotFoundError(f"{self.path}: not a run directory (no {CONFIG})")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
-        return validate_config(data if isinstance(data, dict) else {}, source=str(path))
+        return read_yaml(path)
+
+    def read_config(self) -> TrainConfig:
+        """The validated config (a plug-in it names is imported: see `mecheval.plugins`)."""
+        return validate_config(self._read_config_yaml(), source=str(self.path / CONFIG))
+
+    def read_config_data(self) -> dict:
+        """config.yaml as plain data, importing nothing: validated (every field) where it names only the zoo,
+        as written where it names a plug-in (whose code reading results never runs)."""
+        data = self._read_config_yaml()
+        model, task = data.get("model") or {}, data.get("task") or {}
+        mixers = model.get("mixer", []) if isinstance(model, dict) else []
+        names = [*(mixers if isinstance(mixers, list) else [mixers]), task.get("name", "") if isinstance(task, dict) else "",
+                 model.get("hf", "") if isinstance(model, dict) else ""]
+        if any(isinstance(n, str) and is_import_path(n) for n in names):
+            return data
+        return validate_config(data, source=str(self.path / CONFIG)).model_dump(mode="json")
 
     def write_config(self, cfg: TrainConfig) -> None:
-        atomic_write_text(self.path / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        atomic_write_text(self.path / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), self.path)
 
     def read_summary(self) -> dict:
         path = self.path / SUMMARY
@@ -83,7 +96,7 @@ class RunDir:
         return summary
 
     def write_summary(self, summary: dict) -> None:
-        atomic_write_text(self.path / SUMMARY, json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(self.path / SUMMARY, json.dumps(summary, indent=2) + "\n", self.path)
 
     def read_metrics(self, max_step: int | None = None) -> list[dict]:
         """The logged records (up to `max_step`). A torn last line (a kill mid-write) is dropped; any
@@ -115,7 +128,7 @@ class RunDir:
         if not (self.path / METRICS).exists():
             return
         records = self.read_metrics(max_step)
-        atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records))
+        atomic_write_text(self.path / METRICS, "".join(json.dumps(r) + "\n" for r in records), self.path)
 
     def archive_metrics(self) -> bool:
         """Replaces a finished run's metrics.jsonl by metrics.jsonl.gz holding the same bytes (checked before the
@@ -127,7 +140,7 @@ class RunDir:
         if not self.finished:
             raise ValueError(f"{self.path}: not finished (no {SUMMARY}); only a finished run's log is archived")
         data = plain.read_bytes()
-        atomic_write_bytes(self.path / METRICS_ARCHIVE, gzip.compress(data, compresslevel=9, mtime=0))
+        atomic_write_bytes(self.path / METRICS_ARCHIVE, gzip.compress(data, compresslevel=9, mtime=0), self.path)
         if gzip.decompress((self.path / METRICS_ARCHIVE).read_bytes()) != data:
             raise OSError(f"{self.path / METRICS_ARCHIVE}: does not read back as {plain}; the plain log is kept")
         plain.unlink()

@@ -26,7 +26,7 @@ from tqdm import tqdm
 import mecheval
 from mecheval.models import LM, build_model
 from mecheval.tasks import Batch, make_task
-from mecheval.common import atomic_write_text
+from mecheval.common import atomic_write_text, check_inside, safe_mkdir
 from mecheval.training.checkpoint import atomic_save_tensors, load_checkpoint, save_checkpoint
 from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
@@ -41,6 +41,10 @@ from mecheval.training.schedule import lr_at
 
 class RunExistsError(FileExistsError):
     """The run directory already holds a run (pass resume=True / --resume to continue it)."""
+
+
+class DivergedError(RuntimeError):
+    """The loss or the weights became non-finite (NaN or inf); the message names the step."""
 
 
 class TrainingInterrupted(Exception):
@@ -166,7 +170,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
                     shutil.rmtree(run.path, ignore_errors=True)
                 raise
             run.write_config(cfg)
-        atomic_write_text(run / WORKER, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}))
+        atomic_write_text(run / WORKER, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}), run.path)
         return trainer.fit()
 
 
@@ -185,6 +189,7 @@ class Trainer:
         self.evals = {k: v.to(self.device) for k, v in eval_sets(self.task, cfg.eval.splits, cfg.eval.size, cfg.eval.seed).items()}
         self.step, self.wall_s, self.tokens = 0, 0.0, 0
         self.accum = self._zero_accum()
+        self.bad_step = torch.zeros((), dtype=torch.long, device=self.device)  # the first non-finite loss's (0: none)
         for stale in [*run.path.glob(".*.tmp-*"), *run.path.glob("snapshots/.*.tmp-*")]:  # writes cut short by a kill
             stale.unlink()
         if (run / CHECKPOINT).exists():
@@ -208,6 +213,7 @@ class Trainer:
         loss, correct = backward(self.lm, batch, self.cfg.length_groups, self.amp)
         self.opt.step()
         self.step += 1
+        self.bad_step = torch.where((self.bad_step == 0) & ~torch.isfinite(loss), self.step, self.bad_step)  # no sync
         a = self.accum
         a["loss"] += loss
         a["correct"] += correct
@@ -217,8 +223,19 @@ class Trainer:
     def due(self, every: int) -> bool:
         return self.step % every == 0 or self.step == self.cfg.steps
 
+    def check_finite(self) -> None:
+        """DivergedError where a loss so far or a weight now is not finite (checked before anything is logged
+        or saved, so that no checkpoint or final weights hold NaN)."""
+        lr = f"optim.lr {self.cfg.optim.lr:g}"
+        if int(self.bad_step):
+            raise DivergedError(f"{self.run.path}: the training loss is not finite at step {int(self.bad_step)} "
+                                f"({lr}); nothing of that step was saved")
+        if not all(bool(torch.isfinite(p).all()) for p in self.lm.parameters()):
+            raise DivergedError(f"{self.run.path}: weights are not finite at step {self.step} ({lr}); nothing of that step was saved")
+
     def record(self, tokens_per_s: float) -> dict:
         """The metrics line of the current step (with evaluation when the eval cadence says so)."""
+        self.check_finite()
         a = self.accum
         rec = {
             "step": self.step,
@@ -244,11 +261,14 @@ class Trainer:
     def snapshot(self) -> None:
         """The weights now, if this step is in the snapshot schedule (rewritten identically on a resume)."""
         if self.step in self.snapshot_at:
+            self.check_finite()
             path = self.run / snapshot_name(self.step)
-            path.parent.mkdir(exist_ok=True)
-            atomic_save_tensors(path, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint(), "step": str(self.step)})
+            safe_mkdir(path.parent, self.run.path)
+            atomic_save_tensors(path, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint(), "step": str(self.step)},
+                                self.run.path)
 
     def checkpoint(self) -> None:
+        self.check_finite()
         state = {"step": self.step, "wall_s": self.wall_s, "tokens": self.tokens, "fingerprint": self.cfg.fingerprint(),
                  "data": self.stream.state()}
         save_checkpoint(self.run / CHECKPOINT, self.lm, self.opt, self.accum, state)
@@ -260,7 +280,7 @@ class Trainer:
         t_start, tokens_start = time.perf_counter(), self.tokens
         wall_start = self.wall_s
         try:
-            with stop_on_signals(), open(self.run / METRICS, "a") as metrics:
+            with stop_on_signals(), open(check_inside(self.run / METRICS, self.run.path), "a") as metrics:
                 if self.step == 0:
                     self.snapshot()
                 while self.step < cfg.steps and not self.stopped_early():
@@ -292,11 +312,12 @@ class Trainer:
 
     def finish(self) -> dict:
         """Writes the final weights and summary.json (the mark of a finished run), drops the checkpoint."""
+        self.check_finite()
         last = self.run.read_metrics()[-1]
         if self.snapshot_at and self.step not in self.snapshot_at:  # an early stop: keep where it ended
             self.snapshot_at.add(self.step)
             self.snapshot()
-        atomic_save_tensors(self.run / MODEL, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint()})
+        atomic_save_tensors(self.run / MODEL, self.lm.state_dict(), {"fingerprint": self.cfg.fingerprint()}, self.run.path)
         summary = {
             "steps": self.step,
             "stopped_early": self.step < self.cfg.steps,

@@ -20,13 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pydantic import Field
+
 from mecheval.models.mixers.base import Mixer, MixerOptions, MixerSpec
 from mecheval.models.shortconv import ConvSpec
 from mecheval.models.sites import Site, observed
 
 
 class AttentionOptions(MixerOptions):
-    n_heads: int = 1
+    n_heads: int = Field(1, gt=0)
 
 
 class Attention(Mixer):
@@ -34,8 +36,6 @@ class Attention(Mixer):
 
     def __init__(self, d_model: int, conv: ConvSpec, options: AttentionOptions, layer_idx: int, max_len: int):
         super().__init__(d_model, conv, options, layer_idx, max_len)
-        if d_model % options.n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by attention n_heads={options.n_heads}")
         self.n_heads = options.n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)

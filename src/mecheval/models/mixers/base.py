@@ -22,17 +22,25 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from torch import nn
 
+from mecheval.common import Checked
 from mecheval.models.shortconv import ConvSpec, validate_conv_spec
 from mecheval.plugins import PluginError
 
 
-class MixerOptions(BaseModel):
+class MixerOptions(Checked):
     """Per-mixer options; each mixer subclasses this (unknown fields are an error)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def check(self, d_model: int) -> None:
+        """ValueError naming the option where these options cannot build a mixer of width `d_model` (run when
+        a config is validated); by default, an `n_heads` option must divide it. Extend it, calling super()."""
+        heads = getattr(self, "n_heads", None)
+        if isinstance(heads, int) and heads > 0 and d_model % heads:
+            raise ValueError(f"n_heads={heads} does not divide d_model={d_model}")
 
 
 class Mixer(nn.Module):
@@ -56,6 +64,7 @@ class Mixer(nn.Module):
         super().__init__()
         if conv != 0 and not self.has_conv:
             raise ValueError(f"{type(self).__name__} has no short convolution: d_conv must be 0, got {conv!r}")
+        options.check(d_model)
         self.d_model, self.layer_idx, self.max_len = d_model, layer_idx, max_len
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, D] -> [B, T, D]

@@ -105,8 +105,6 @@ class Based(Mixer):
 
     def __init__(self, d_model: int, conv: ConvSpec, options: BasedOptions, layer_idx: int, max_len: int):
         super().__init__(d_model, conv, options, layer_idx, max_len)
-        if d_model % options.n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by based n_heads={options.n_heads}")
         self.n_heads, self.feature_dim = options.n_heads, options.feature_dim
         self.eps, self.chunk_size = options.eps, options.chunk_size
         self.proj_q = nn.Linear(d_model, options.n_heads * options.feature_dim, bias=False)

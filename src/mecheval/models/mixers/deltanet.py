@@ -81,8 +81,6 @@ class DeltaNetState(StateValue):
 class DeltaNet(Mixer):
     def __init__(self, d_model: int, conv: ConvSpec, options: DeltaNetOptions, layer_idx: int, max_len: int):
         super().__init__(d_model, conv, options, layer_idx, max_len)
-        if d_model % options.n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by deltanet n_heads={options.n_heads}")
         self.n_heads, self.d_head = options.n_heads, d_model // options.n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.conv = make_conv(conv, 3 * d_model, max_len)
