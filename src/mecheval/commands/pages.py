@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from mecheval.commands.options import example
+
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog=example("mecheval pages", "mecheval pages . --check"))
     def pages(
         root: Annotated[Path, typer.Argument(help="The repository (README.md, docs/, results/).", exists=True,
                                              file_okay=False)] = Path("."),
