@@ -78,7 +78,7 @@ def test_intervene_does_not_overwrite_the_file_a_symlinked_table_names(study, tm
     victim.write_bytes(b"not yours")
     (run / "interventions.parquet").unlink()
     (run / "interventions.parquet").symlink_to(victim)
-    result = cli("intervene", run, "--n", "16", "--sites", "resid_pre")
+    result = cli("intervene", run, "--n", "16", "--sites", "resid_pre", "--replace")
     assert result.exit_code == 1 and "symbolic link" in result.output, result.output
     assert victim.read_bytes() == b"not yours"
 
@@ -89,7 +89,7 @@ def test_a_symlinked_lock_file_is_not_followed(study, tmp_path):
     run = a_run(study)
     (run / ".lock").unlink(missing_ok=True)
     (run / ".lock").symlink_to(victim)
-    assert cli("intervene", run, "--n", "16", "--sites", "resid_pre").exit_code == 1
+    assert cli("intervene", run, "--n", "16", "--sites", "resid_pre", "--replace").exit_code == 1
     assert victim.read_text() == "mine"
 
 
@@ -130,9 +130,9 @@ def test_intervene_imports_a_plugin_from_the_directory_only_with_trust_plugins(s
     monkeypatch.chdir(study)
     monkeypatch.setattr(sys, "path", ["", *sys.path])
     monkeypatch.setenv(TRUST_ENV, "0")
-    result = cli("intervene", a_run(study), "--n", "16")
+    result = cli("intervene", a_run(study), "--n", "16", "--replace")
     assert result.exit_code != 0 and "--trust-plugins" in result.output and not marker.exists(), result.output
-    result = cli("--trust-plugins", "intervene", a_run(study), "--n", "16")
+    result = cli("--trust-plugins", "intervene", a_run(study), "--n", "16", "--replace")
     assert marker.exists()  # asked for: imported (then refused as not a Mixer)
     assert "evilpayload:Evil" in result.output and "has no 'Evil'" in result.output
 
@@ -184,7 +184,7 @@ def test_intervene_on_a_run_another_process_writes_is_refused(study):
     run = a_run(study)
     before = (run / "verdict.json").read_bytes()
     with DirLock(run, "run directory"):  # another intervene, or the training of the run
-        result = cli("intervene", run, "--n", "16", "--sites", "resid_pre")
+        result = cli("intervene", run, "--n", "16", "--sites", "resid_pre", "--replace")
     assert result.exit_code == 1 and "in use by pid" in result.output
     assert (run / "verdict.json").read_bytes() == before
 
@@ -204,5 +204,5 @@ def test_readers_share_the_lock_and_keep_writers_out(study):
     run = a_run(study)
     with DirLock(run, "run directory", shared=True), DirLock(study, "study directory", shared=True):
         assert cli("report", study).exit_code == 0  # another reader: both read
-        result = cli("intervene", run, "--n", "16", "--sites", "resid_pre")
+        result = cli("intervene", run, "--n", "16", "--sites", "resid_pre", "--replace")
     assert result.exit_code == 1 and "in use by another process" in result.output

@@ -29,6 +29,7 @@ from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pair
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import study_table
+from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
@@ -425,7 +426,7 @@ def build_report(study_dir: str | Path) -> Report:
     with contextlib.ExitStack() as held:
         held.enter_context(reading_results())
         held.enter_context(DirLock(study_dir, "study directory", shared=True))
-        for run_dir in sorted(p for p in (study_dir / RUNS).glob("*") if p.is_dir()):
+        for run_dir in sorted(p for p in runs_dir(study_dir).glob("*") if p.is_dir()):
             held.enter_context(DirLock(run_dir, "run directory", shared=True))
         return _build(study_dir)
 
