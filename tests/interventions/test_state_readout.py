@@ -53,3 +53,14 @@ def test_readout_offsets_read_every_near_offset_then_a_geometric_grid_up_to_the_
     assert offsets[:DENSE_OFFSETS] == list(range(first, min(last, first + DENSE_OFFSETS - 1) + 1))
     assert len(offsets) <= DENSE_OFFSETS + 1 + math.ceil(math.log(max(last, 2), 1.5))
     assert all(b <= max(a + 1, round(a * 1.5)) for a, b in zip(offsets, offsets[1:]) if b != last)
+
+
+def test_the_state_readout_is_written_into_the_run_directory(ar_task, tmp_path):
+    """`write_state_readout` (what `intervene --analysis state` calls for a model that learned) writes the
+    table and its figure into the run directory (a merge once named a variable it does not have)."""
+    from mecheval.interventions.runs import write_state_readout
+
+    lm = random_lm(ar_task.vocab_size, mixer="mamba", n_layers=2)
+    curve = write_state_readout(tmp_path, lm, ar_task, ar_task.sample(8, seed=4), "key")
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "state_curve.parquet"), curve)
+    assert (tmp_path / "interventions" / "state_curve.png").stat().st_size > 1000

@@ -66,7 +66,7 @@ def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int 
     curve = state_curve(lm, task, batch, corrupt=corrupt, seed=seed)
     write_table(run_dir, "state_curve.parquet", curve)
     state_curve_plot(curve, run_dir / "interventions" / "state_curve.png",
-                     title=f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {corrupt}, n = {len(batch)}")
+                     title=f"{textwrap.fill(run_dir.name, 48)}\ncorrupt {corrupt}, n = {len(batch)}")
     return curve
 
 
