@@ -171,3 +171,17 @@ def test_relabel_writes_the_per_example_table_that_intervene_writes(tiny_study, 
     study_run.relabel_study(out)
     for p, table in written.items():
         pd.testing.assert_frame_equal(pd.read_parquet(p), table)
+
+
+def test_intervene_on_a_relative_run_directory_replaces_its_figures(tiny_study, tmp_path, monkeypatch):
+    """`mecheval study quick --out out/quick` intervenes on relative run paths whose earlier figures it replaces."""
+    from pathlib import Path
+
+    from mecheval.interventions.runs import intervene_run
+
+    shutil.copytree(tiny_study[0], tmp_path / "study")
+    monkeypatch.chdir(tmp_path)
+    run = sorted(Path("study/runs").iterdir())[0]
+    assert list((run / "interventions").glob("*.png"))
+    intervene_run(run, corrupt=["key"], n=16, sites=["resid_pre"], replace=True)
+    assert (run / "verdict.json").exists() and list((run / "interventions").glob("*.png"))

@@ -297,8 +297,8 @@ def intervene_model(
     if batch.answer.dim() == 1:  # per example, so that runs read on these examples compare like for like
         write_table(out_dir, EXAMPLES, example_table(lm, batch, masks))
     kept = {f for name, files in KEPT.items() if name not in analyses for f in files}
-    figures = safe_mkdir(out_dir / "interventions", out_dir)
-    for old in figures.glob("*.png"):  # a previous call's heatmaps and profiles
+    safe_mkdir(out_dir / "interventions", out_dir)
+    for old in (out_dir / "interventions").glob("*.png"):  # a previous call's heatmaps and profiles
         if str(old.relative_to(out_dir)) not in kept:
             safe_unlink(old, out_dir)
     role = VERDICT_ROLE if VERDICT_ROLE in corrupt else corrupt[0]
