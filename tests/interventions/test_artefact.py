@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mecheval.interventions import interchange
-from mecheval.interventions.accuracy import accuracy_table
+from mecheval.interventions.accuracy import accuracy_table, correct_answers
 from mecheval.interventions.artefact import conv_reach, inside_reach, key_distance, read_reach, subsets
 from mecheval.models import ModelConfig, build_model
 
@@ -82,7 +82,7 @@ def test_subset_rows_equal_the_interchange_of_the_sub_batch(ar_task):
 def test_accuracy_table_counts_every_example_once(ar_task):
     lm = lm_with("mamba", 4, ar_task.vocab_size)
     batch = ar_task.sample(200, seed=3, split="test")
-    table = accuracy_table(lm, batch, subsets(lm, batch)).set_index("subset")
+    table = accuracy_table(correct_answers(lm, batch), batch, subsets(lm, batch)).set_index("subset")
     assert table.at["all", "n"] == 200 == table.at["outside", "n"] + table.at["inside", "n"]
     dist = table[table.index.str.startswith("distance")]
     assert dist["n"].sum() == 200

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mecheval.interventions.accuracy import EXAMPLES, accuracy_table, example_table
+from mecheval.interventions.accuracy import EXAMPLES, accuracy_table, correct_answers, example_table
 from mecheval.interventions.artefact import subsets
 from mecheval.models import build_model
 from mecheval.report.findings import FINDINGS
@@ -91,12 +91,17 @@ def test_example_table_agrees_with_the_accuracy_table():
     lm = build_model({"preset": "mamba", "d_model": 16, "vocab_size": task.vocab_size}).eval()
     batch = task.sample(64, seed=0, split="test")
     masks = subsets(lm, batch)
-    per_example = example_table(lm, batch, masks)
-    by_subset = accuracy_table(lm, batch, masks).set_index("subset")
+    correct = correct_answers(lm, batch)
+    per_example = example_table(correct, batch, masks)
+    by_subset = accuracy_table(correct, batch, masks).set_index("subset")
     assert len(per_example) == 64
     for name in ("all", "outside"):
         part = per_example[per_example[name]]
         assert by_subset.at[name, "n"] == len(part)
         assert by_subset.at[name, "acc"] == pytest.approx(part["correct"].mean())
-    assert example_table(lm, task.sample(64, seed=0, split="test"), masks)["id"].tolist() == per_example["id"].tolist()
-    assert example_table(lm, task.sample(64, seed=1, split="test"), masks)["id"].tolist() != per_example["id"].tolist()
+
+    def ids(other):
+        return example_table(correct_answers(lm, other), other, masks)["id"].tolist()
+
+    assert ids(task.sample(64, seed=0, split="test")) == per_example["id"].tolist()
+    assert ids(task.sample(64, seed=1, split="test")) != per_example["id"].tolist()

@@ -57,22 +57,21 @@ def example_ids(batch: Batch) -> list[str]:
     return ids
 
 
-def example_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
+def example_table(correct: torch.Tensor, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
     """One row per example of a single-answer batch: `example` (its index), `id` (`example_ids`),
-    `distance` (key to answer), `correct`, and a bool column per subset in `masks`."""
+    `distance` (key to answer), `correct` (`correct_answers`' [B, 1]), and a bool column per subset in `masks`."""
     if batch.answer.dim() != 1:
         raise ValueError("the example table needs one answer per example")
-    correct = correct_answers(lm, batch)[:, 0]
     table = pd.DataFrame({"example": range(len(batch)), "id": example_ids(batch),
-                          "distance": key_distance(batch).tolist(), "correct": correct.tolist()})
+                          "distance": key_distance(batch).tolist(), "correct": correct[:, 0].tolist()})
     for name, mask in masks.items():
         table[name] = mask.tolist()
     return table
 
 
-def accuracy_table(lm: LM, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
-    """One row per subset in `masks` and per key distance (single-answer tasks)."""
-    correct = correct_answers(lm, batch)  # [B, Q]
+def accuracy_table(correct: torch.Tensor, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """One row per subset in `masks` and per key distance (single-answer tasks), from `correct_answers`'
+    [B, Q] on the batch."""
     groups = dict(masks) | distance_subsets(batch)
     rows = []
     for name, mask in groups.items():

@@ -20,7 +20,7 @@ import pandas as pd
 
 from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
 
-from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_table, example_table
+from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_table, correct_answers, example_table
 from mecheval.interventions.artefact import distance_subsets, short_convs, subsets
 from mecheval.interventions.carriers import carriers_table
 from mecheval.interventions.conv_window import conv_ablation, conv_window
@@ -81,7 +81,7 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
     batch = task.sample(n, seed=seed, split=split)
     if batch.answer.dim() != 1:
         return None
-    table = example_table(lm, batch, subsets(lm, batch))
+    table = example_table(correct_answers(lm, batch), batch, subsets(lm, batch))
     write_table(Path(run_dir), EXAMPLES, table)
     return table
 
@@ -293,9 +293,10 @@ def intervene_model(
     safe_mkdir(out_dir, out_dir.parent)
     safe_unlink(out_dir / VERDICT, out_dir)  # until this call's is written, the run has none
     write_table(out_dir, "interventions.parquet", df)
-    write_table(out_dir, "accuracy.parquet", accuracy_table(lm, batch, masks))
+    correct = correct_answers(lm, batch)
+    write_table(out_dir, "accuracy.parquet", accuracy_table(correct, batch, masks))
     if batch.answer.dim() == 1:  # per example, so that runs read on these examples compare like for like
-        write_table(out_dir, EXAMPLES, example_table(lm, batch, masks))
+        write_table(out_dir, EXAMPLES, example_table(correct, batch, masks))
     kept = {f for name, files in KEPT.items() if name not in analyses for f in files}
     safe_mkdir(out_dir / "interventions", out_dir)
     for old in (out_dir / "interventions").glob("*.png"):  # a previous call's heatmaps and profiles
@@ -303,14 +304,13 @@ def intervene_model(
             safe_unlink(old, out_dir)
     role = VERDICT_ROLE if VERDICT_ROLE in corrupt else corrupt[0]
     outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
+    window = _optional(out_dir / "conv_window.parquet")  # an earlier call's, unless recomputed here
     if "conv-window" in analyses and short_convs(lm):
         window = conv_window(lm, task, outside, corrupt=role, seed=seed)
         write_table(out_dir, "conv_window.parquet", window)
         write_table(out_dir, "conv_ablation.parquet", conv_ablation(lm, outside))
         if not window.empty:
             conv_window_heatmap(window, out_dir / "interventions" / "conv_window.png", title=textwrap.fill(out_dir.name, 48))
-    window_path = out_dir / "conv_window.parquet"
-    window = pd.read_parquet(window_path) if window_path.exists() else None
     shown_subset = "outside" if masks["outside"].any() else "all"
     shown = df[df["subset"] == shown_subset]
     for (r, site), part in shown.groupby(["corrupt", "site"], sort=False):

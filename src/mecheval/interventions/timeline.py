@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from mecheval.common import atomic_write_bytes
-from mecheval.interventions.accuracy import accuracy_table
+from mecheval.interventions.accuracy import accuracy_table, correct_answers
 from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import best_cell, conv_window
 from mecheval.interventions.patching import interchange
@@ -78,7 +78,7 @@ def _previous(path: Path, params: dict) -> pd.DataFrame:
 def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.DataFrame:
     """The readouts of one snapshot: rows per (boundary, role)."""
     df = interchange(lm, task, batch, corrupt, ["resid_pre"], list(ROLES), subsets=masks)
-    acc = accuracy_table(lm, batch, masks).set_index("subset").loc[subset]
+    acc = accuracy_table(correct_answers(lm, batch), batch, masks).set_index("subset").loc[subset]
     verdict = read_verdict(df, None, corrupt, min_effect)
     learned = verdict is None or verdict.label != "not learned"  # where nothing is learned, no conv binds
     window = conv_window(lm, task, read, corrupt=corrupt) if short_convs(lm) and learned else None
