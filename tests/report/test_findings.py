@@ -35,6 +35,17 @@ CASES = {  # finding: (rows that reproduce it, rows that do not)
     "atr_storage": (with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("based", 0.8, IND, 0.95, 0, 0, 0.05),
                                  ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("h3", 0.8, DIR, 0.03, 0.5, 0.5, 0.05))),
                     with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("mamba", 0.9, "mixed", 0.5, 0.2, 0.3, 0.05)))),
+    "one_layer_fails": (runs(("attention (1 layer)", 0.05, NL, 0, 0, 0, 0.0), ("h3 (1 layer)", 0.2, NL, 0, 0, 0, 0.0)),
+                        runs(("attention (1 layer)", 0.05, NL, 0, 0, 0, 0.0), ("based (1 layer)", 0.9, IND, 1, 0, 0, 0.0))),
+    "one_layer_mamba": (runs(("mamba (1 layer)", 0.85, DIR, 0, 1, 0, 0.0)), runs(("mamba (1 layer)", 0.3, NL, 0, 0, 0, 0.0))),
+    "three_layers_learn": (runs(("attention (3 layers)", 1.0, IND, 1, 0, 0, 0.0), ("based (3 layers)", 0.99, IND, 1, 0, 0, 0.0)),
+                           runs(("attention (3 layers)", 1.0, IND, 1, 0, 0, 0.0), ("based (3 layers)", 0.5, IND, 1, 0, 0, 0.0))),
+    "attention_needs_positions": (runs(("attention (no positions)", 0.06, NL, 0, 0, 0, 0.0)),
+                                  runs(("attention (no positions)", 0.95, DIR, 0, 1, 0, 0.0))),
+    "based_with_positions": (runs(("based (positions)", 0.93, IND, 1, 0, 0, 0.0)), runs(("based (positions)", 0.2, NL, 0, 0, 0, 0.0))),
+    "atr_one_layer_convs": (runs(("based (1 layer)", 0.5, IND, 1, 0, 0, 0.05), ("baseconv (1 layer)", 0.52, DIR, 0, 1, 0, 0.05)),
+                            runs(("based (1 layer)", 0.9, IND, 1, 0, 0, 0.05))),
+    "atr_one_layer_mamba": (runs(("mamba (1 layer)", 0.9, DIR, 0, 1, 0, 0.05)), runs(("mamba (1 layer)", 0.6, DIR, 0, 1, 0, 0.05))),
     "atr_mamba_noconv_induction": (with_ci(runs(("mamba (d_conv 0)", 0.9, "mixed", 0.62, 0.26, 0.2, 0.05))),
                                    with_ci(runs(("mamba (d_conv 0)", 0.9, DIR, 0.1, 0.6, 0.3, 0.05)))),
 }
@@ -99,3 +110,19 @@ def test_finding_reproduces_only_where_the_rows_show_it(finding):
     assert check(shows).status == "reproduced"
     assert check(breaks).status == "not reproduced"
     assert check(runs(("deltanet", 1.0, DIR, 0, 0, 1, 0.25))).status == "not run"
+
+
+def test_failing_is_decided_by_the_accuracy_interval():
+    rows = runs(("attention (no positions)", 0.4, NL, 0, 0, 0, 0.0))
+    assert FINDINGS["attention_needs_positions"].check(rows.assign(acc_all=0.4, acc_all_lo=0.36, acc_all_hi=0.44, n_all=512)).status == "inconclusive"
+    assert FINDINGS["attention_needs_positions"].check(rows.assign(acc_all=0.1, acc_all_lo=0.08, acc_all_hi=0.13, n_all=512)).status == "reproduced"
+
+
+def test_depth_and_position_variants_are_compared_with_their_own_published_accuracy():
+    from mecheval.report.compare import published_accuracy
+
+    assert published_accuracy("ar", None, "mamba", None, 64, "mamba (1 layer)") == 0.83
+    assert published_accuracy("ar", None, "mamba", None, 64, "mamba") == 0.81  # 2 layers, the main table
+    assert published_accuracy("ar", None, "based", None, 64, "based (positions)") == 0.91
+    assert published_accuracy("ar", None, "deltanet", None, 64, "deltanet (3 layers)") is None  # not stated
+    assert published_accuracy("atr", "easy", "baseconv", None, 64, "baseconv (1 layer)") == 0.51

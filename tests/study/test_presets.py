@@ -1,8 +1,11 @@
 """Study presets: every preset expands to valid, distinctly named runs of the architectures it names."""
 
+import json
+
+import pandas as pd
 import pytest
 
-from mecheval.study.presets import PAPER_LRS, PAPER_WIDTHS, SCALES, STUDIES
+from mecheval.study.presets import PAPER_LRS, PAPER_WIDTHS, SCALES, STUDIES, point_label
 from mecheval.sweeps import SweepConfig, expand
 
 
@@ -11,10 +14,11 @@ from mecheval.sweeps import SweepConfig, expand
 def test_every_preset_expands_to_valid_runs(name, scale):
     study = STUDIES[name]
     runs = expand(SweepConfig.model_validate(study.sweep(scale)))
-    n_grid = len(PAPER_WIDTHS) * len(PAPER_LRS) if scale == "paper" else len(study.cpu_lrs)
+    archs = study.archs if scale == "paper" else study.cpu_archs or study.archs
+    own_rates = all("optim.lr" in a for a in archs)  # each point at its own rate (paper scale)
+    n_grid = len(PAPER_WIDTHS) * (1 if own_rates else len(PAPER_LRS)) if scale == "paper" else len(study.cpu_lrs)
     for values in study.paper_grid.values() if scale == "paper" else []:
         n_grid *= len(values)
-    archs = study.archs if scale == "paper" else study.cpu_archs or study.archs
     assert len(runs) == len(archs) * n_grid
     assert len({r.name for r in runs}) == len(runs)
     presets = {r.config.model.preset for r in runs}
@@ -91,3 +95,30 @@ def test_paper_scale_reads_the_fixed_set_in_the_studys_order_unless_told():
     assert all(r.config.train_order == "shuffle" for r in expand(SweepConfig.model_validate(STUDIES["quick"].sweep("cpu"))))
     with pytest.raises(ValueError, match="train_order applies to the paper scale"):
         STUDIES["quick"].sweep("cpu", train_order="replay")
+
+
+def test_depth_study_runs_each_architecture_at_its_own_rate_and_depth():
+    sweep = STUDIES["ar-depth"].sweep("paper", widths=[64])
+    runs = {point_label(p): r for p, r in zip(sweep["list"], expand(SweepConfig.model_validate(sweep)))}
+    assert (runs["attention (1 layer)"].config.optim.lr, runs["mamba (1 layer)"].config.optim.lr) == (1e-3, 1e-2)
+    assert runs["mamba (3 layers)"].config.model.n_layers == 3
+    assert runs["based (3 layers)"].config.model.mixer == ["baseconv", "based", "based"]
+    assert runs["baseconv (1 layer)"].config.model.d_conv == [3]
+    assert runs["attention (no positions)"].config.model.pos_emb == "none"
+    assert runs["based (positions)"].config.model.pos_emb == "learned"
+    # --lrs replaces the points' own rates; the cpu scale runs its one rate
+    swept = expand(SweepConfig.model_validate(STUDIES["ar-depth"].sweep("paper", widths=[64], lrs=[3e-4],
+                                                                        archs=["mamba (1 layer)"])))
+    assert [r.config.optim.lr for r in swept] == [3e-4]
+    assert {r.config.optim.lr for r in expand(SweepConfig.model_validate(STUDIES["ar-depth"].sweep("cpu")))} == {3e-3}
+
+
+def test_labels_name_depth_and_positions_as_reports_read_them_from_configs():
+    from mecheval.report.results import arch_parts, arch_variant
+    from mecheval.models.presets import arch_label
+
+    sweep = STUDIES["ar-depth"].sweep("paper", widths=[64])
+    for point, run in zip(sweep["list"], expand(SweepConfig.model_validate(sweep))):
+        flat = pd.json_normalize(run.config.model_dump(mode="json")).iloc[0]
+        row = pd.Series({k: json.dumps(v) if k in ("model.mixer", "model.d_conv") else v for k, v in flat.items()})
+        assert arch_label(*arch_parts(row), *arch_variant(row)) == point_label(point)

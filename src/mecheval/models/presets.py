@@ -17,7 +17,15 @@ ARCHITECTURES: dict[str, dict] = {
 }
 
 
-def arch_label(name: str, conv: int | str | None) -> str:
+PUBLISHED_LAYERS = 2
+
+
+def arch_label(name: str, conv: int | str | None, layers: int | None = None, positions: str | None = None) -> str:
     """How reports name an architecture: `mamba`, or `mamba (d_conv 0)` where its convolution differs
-    from the published default (`conv` None where it does not)."""
-    return name if conv is None else f"{name} (d_conv {conv})"
+    from the published default (`conv` None where it does not), `attention (1 layer)` where its depth
+    differs from the published 2 (`layers`), `attention (no positions)` / `based (positions)` where its
+    position embedding does (`positions`: "none" / "learned")."""
+    parts = [f"d_conv {conv}"] if conv is not None else []
+    parts += [f"{layers} layer{'s' if layers > 1 else ''}"] if layers is not None else []
+    parts += [{"none": "no positions", "learned": "positions"}[positions]] if positions is not None else []
+    return name + (f" ({', '.join(parts)})" if parts else "")

@@ -165,7 +165,7 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     out = out.reset_index()
     grammar = out[GRAMMAR] if GRAMMAR in out else pd.Series(None, index=out.index)
     parts = df.drop_duplicates("arch").set_index("arch")  # each label's (name, conv), as data
-    out["published_acc"] = [published_accuracy(t, gr, parts.at[a, "arch_name"], parts.at[a, "arch_conv"], int(w))
+    out["published_acc"] = [published_accuracy(t, gr, parts.at[a, "arch_name"], parts.at[a, "arch_conv"], int(w), a)
                             for t, gr, a, w in zip(out["task"], grammar, out["arch"], out["model.d_model"])]
     out["published_verdict"] = [published_verdict(t, a) for t, a in zip(out["task"], out["arch"])]
     out["agree"] = [_agree(o, p) for o, p in zip(out["verdict"], out["published_verdict"])]

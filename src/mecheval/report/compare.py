@@ -5,9 +5,15 @@ from __future__ import annotations
 from mecheval.report import published
 
 
-def published_accuracy(task: str, grammar: str | None, arch: str, conv: int | str | None, width: int) -> float | None:
+def published_accuracy(task: str, grammar: str | None, arch: str, conv: int | str | None, width: int,
+                       label: str | None = None) -> float | None:
     """The published accuracy of architecture `arch` (a preset name) with convolution `conv` (None: its
-    published default) at `width` on the task, or None where the study reports none."""
+    published default) at `width` on the task, or None where the study reports none. `label`: the run's
+    `arch_label`, by which other depths and position embeddings are found (`published.AR_VARIANT_ACCURACY`)."""
+    if label is not None and label != arch and conv is None:  # a depth or position variant
+        variants = published.AR_VARIANT_ACCURACY if task == "ar" else (
+            published.ATR_EASY_ONE_LAYER if task == "atr" and grammar in (None, "easy") else {})
+        return variants.get(label, {}).get(width)
     if task == "ar":
         table = (
             published.AR_ACCURACY.get(arch) if conv is None

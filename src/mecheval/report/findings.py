@@ -19,9 +19,11 @@ import pandas as pd
 from mecheval.interventions.conv_window import best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.interventions.verdict import FORMED, HIGH, LOW
+from mecheval.models.presets import ARCHITECTURES, arch_label
 from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_accuracy, read_examples
 
 HIGH_ACC = 0.8
+POOR_ACC = HIGH_ACC / 2  # "fails" / "does poorly" where the study gives no number: below half of high accuracy
 MARGIN = 0.02  # "at least as accurate": within two points of accuracy, by the paired interval (`report.paired`)
 VALUE_HIGH = 0.5  # "high attrib@value" in the ATR no-conv claim: most of the effect stored at the value
 EVAL_N = "eval.size"  # the test examples behind `acc` where a run has no intervention accuracy
@@ -109,6 +111,10 @@ def each(id: str, claim: str, archs: list[str], test: Callable[[pd.Series], bool
     return Finding(id, claim, _each(archs, test), tuple(archs))
 
 
+def _not(a: bool | None) -> bool | None:
+    return None if a is None else not a
+
+
 def _and(a: bool | None, b: bool | None) -> bool | None:
     return False if False in (a, b) else None if None in (a, b) else True
 
@@ -118,14 +124,23 @@ def _near_chance(row: pd.Series) -> bool:
     return not above_chance(round(acc * n), n, float(row["chance"]))
 
 
-def _high(row: pd.Series) -> bool | None:
-    """Accuracy >= HIGH_ACC, decided by its Wilson interval where the run has one (else its point estimate)."""
+def _acc_at_least(row: pd.Series, t: float) -> bool | None:
+    """Accuracy >= t, decided by its Wilson interval where the run has one (else its point estimate)."""
     acc, _ = _accuracy(row)
     for name in ("acc_outside", "acc_all"):
         lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
         if row.get(name) is not None and row.get(name) == row.get(name) and lo == lo and lo is not None:
-            return True if lo >= HIGH_ACC else False if hi < HIGH_ACC else None
-    return acc >= HIGH_ACC
+            return True if lo >= t else False if hi < t else None
+    return acc >= t
+
+
+def _high(row: pd.Series) -> bool | None:
+    return _acc_at_least(row, HIGH_ACC)
+
+
+def _low(row: pd.Series) -> bool | None:
+    """Accuracy < POOR_ACC ("fails", "does poorly"), decided by its interval."""
+    return _not(_acc_at_least(row, POOR_ACC))
 
 
 def _label(row: pd.Series, label: str) -> bool | None:
@@ -247,7 +262,21 @@ FINDINGS: dict[str, Finding] = {
              ["mamba (d_conv 0)", "mamba (d_conv 1)"], _near_chance),
         each("based_long_fails", "Based with a long convolution in place of its short one fails AR.",
              ["based (d_conv long)"], _near_chance),
-        each("h3_hyena_poor", "H3 and Hyena do poorly on AR.", ["h3", "hyena"], lambda r: _accuracy(r)[0] < HIGH_ACC / 2),
+        each("h3_hyena_poor", f"H3 and Hyena do poorly on AR (accuracy < {POOR_ACC:g}).", ["h3", "hyena"], _low),
+        each("one_layer_fails", f"With 1 layer every architecture but Mamba fails AR (accuracy < {POOR_ACC:g}; attention "
+             "<= .09 at every width).", [arch_label(a, None, 1) for a in ARCHITECTURES if a != "mamba"], _low),
+        each("one_layer_mamba", "With 1 layer Mamba still reaches high AR accuracy (.83 at d = 64).",
+             [arch_label("mamba", None, 1)], _high),
+        each("three_layers_learn", "With 3 layers attention and Based reach high AR accuracy (1.0 and .99).",
+             [arch_label(a, None, 3) for a in ("attention", "based")], _high),
+        each("attention_needs_positions", f"Attention without position embeddings fails AR (accuracy < {POOR_ACC:g}; "
+             "published <= .09).", [arch_label("attention", None, positions="none")], _low),
+        each("based_with_positions", "Based with position embeddings still reaches high AR accuracy (.91).",
+             [arch_label("based", None, positions="learned")], _high),
+        each("atr_one_layer_convs", "On ATR easy with 1 layer, Based and BaseConv stay below high accuracy (≈ .51).",
+             [arch_label(a, None, 1) for a in ("based", "baseconv")], lambda r: _not(_high(r))),
+        each("atr_one_layer_mamba", "On ATR easy with 1 layer, Mamba reaches high accuracy (.85–.94).",
+             [arch_label("mamba", None, 1)], _high),
         Finding("atr_mamba_vs_attention", "On ATR easy, Mamba is at least as accurate as attention (within "
                 f"{MARGIN}, on the same examples: all, and those outside both conv reaches).", _mamba_vs_attention,
                 ("mamba", "attention"), needs_all=True),

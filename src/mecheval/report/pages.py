@@ -193,7 +193,7 @@ def run_rows(study: Path) -> list[dict]:
         learned = isinstance(r.get("verdict"), str) and r["verdict"] != "not learned"
         task, grammar = r["task.name"], r.get("task.params.grammar")
         pub_acc = published_accuracy(task, grammar if isinstance(grammar, str) else None, r["arch_name"],
-                                     r["arch_conv"], int(r["model.d_model"]))
+                                     r["arch_conv"], int(r["model.d_model"]), r["arch"])
         pub_verdict = published_verdict(task, r["arch"])
         row = {"run": r["name"]} if named else {}  # hand-made runs: the name says what differs
         row |= {"architecture": r["arch"], **({"d": int(r["model.d_model"])} if widths > 1 else {}), "lr": f"{r['optim.lr']:g}",

@@ -20,6 +20,23 @@ AR_ACCURACY: dict[str, dict[int, float]] = {
     "h3": dict(zip(WIDTHS, (0.01, 0.01, 0.02, 0.03, 0.02))),
 }
 
+# AR accuracy of the other depths and position embeddings (the study's appendix; labels as `arch_label` writes
+# them), where it states a number: 1 layer "everything fails except Mamba ... and Hyena at d = 256; attention
+# <= .09" (upper bounds where "<="), 3 layers "attention 1.0 from d = 32, Based .99, Mamba .90 at d = 256";
+# attention without position embeddings fails (<= .09) and Based with them reaches .91, at d = 64.
+AR_VARIANT_ACCURACY: dict[str, dict[int, float]] = {
+    "mamba (1 layer)": dict(zip(WIDTHS, (0.11, 0.47, 0.83, 0.87, 0.96))),
+    "hyena (1 layer)": {256: 0.32},
+    "attention (1 layer)": dict.fromkeys(WIDTHS, 0.09),
+    "attention (3 layers)": dict.fromkeys(WIDTHS[1:], 1.0),
+    "based (3 layers)": {64: 0.99},
+    "mamba (3 layers)": {256: 0.90},
+    "attention (no positions)": {64: 0.09},
+    "based (positions)": {64: 0.91},
+}
+# ATR easy with 1 layer: "BaseConv and Based stay at ≈ .51; Mamba reaches .85–.94" (width not stated: d = 64 here)
+ATR_EASY_ONE_LAYER: dict[str, dict[int, float]] = {"based (1 layer)": {64: 0.51}, "baseconv (1 layer)": {64: 0.51}}
+
 # Mamba AR accuracy by d_conv (0 = removed); upper bounds where the study reports "≤".
 MAMBA_AR_BY_CONV: dict[int, dict[int, float]] = {
     0: dict.fromkeys(WIDTHS, 0.06),

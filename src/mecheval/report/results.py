@@ -11,7 +11,7 @@ import pandas as pd
 from mecheval.interventions.runs import VERDICT, read_verdict_file
 from mecheval.models.mixers import mixer_label
 from mecheval.plugins import is_import_path
-from mecheval.models.presets import arch_label
+from mecheval.models.presets import PUBLISHED_LAYERS, arch_label
 from mecheval.sweeps.table import best_lr, collect, runs_dir
 from mecheval.training.run_dir import RunDir
 
@@ -59,9 +59,31 @@ def arch_parts(row: pd.Series) -> tuple[str, int | str | None]:
     convs = json.loads(row["model.d_conv"])
     if any(is_import_path(m) for m in mixers):
         return name, None
-    default = _default_convs(preset or "", row["model.mixer"], int(row["model.n_layers"]))
+    if int(row["model.n_layers"]) != PUBLISHED_LAYERS:  # a depth variant's convs are its depth's (`arch_variant`)
+        return name, None
+    default = _default_convs(preset or "", row["model.mixer"], PUBLISHED_LAYERS)
     changed = [c for c, d in zip(convs, default) if c != d]
     return name, changed[0] if changed else None
+
+
+@functools.lru_cache(maxsize=None)
+def _default_positions(preset: str) -> str:
+    from mecheval.models import ModelConfig
+
+    return ModelConfig(vocab_size=1, preset=preset).pos_emb
+
+
+def arch_variant(row: pd.Series) -> tuple[int | None, str | None]:
+    """(layers, positions) of a preset's run where they differ from the published design: its depth where
+    not 2 layers, its position embedding ("learned" / "none") where not the preset's; None where they do
+    not differ (and for runs without a preset). `models.presets.arch_label` names them."""
+    preset = row.get("model.preset")
+    if not isinstance(preset, str):
+        return None, None
+    layers = int(row["model.n_layers"])
+    positions = row.get("model.pos_emb")
+    return (layers if layers != PUBLISHED_LAYERS else None,
+            positions if isinstance(positions, str) and positions != _default_positions(preset) else None)
 
 
 def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
@@ -77,7 +99,10 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     parts = [arch_parts(row) for _, row in df.iterrows()]
     df["arch_name"] = pd.Series([n for n, _ in parts], index=df.index, dtype=object)
     df["arch_conv"] = pd.Series([c for _, c in parts], index=df.index, dtype=object)  # None: the default
-    df["arch"] = [arch_label(n, c) for n, c in parts]
+    variants = [arch_variant(row) for _, row in df.iterrows()]
+    df["arch_layers"] = pd.Series([v[0] for v in variants], index=df.index, dtype=object)  # None: 2, as published
+    df["arch_positions"] = pd.Series([v[1] for v in variants], index=df.index, dtype=object)  # None: the preset's
+    df["arch"] = [arch_label(n, c, *v) for (n, c), v in zip(parts, variants)]
     df["acc"] = df.get(ACC)
     if HELDOUT_ACC in df:
         df["acc_heldout"] = df[HELDOUT_ACC]

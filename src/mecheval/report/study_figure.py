@@ -57,7 +57,7 @@ def figure_data(root: Path) -> pd.DataFrame:
             grammar = r.get("task.params.grammar")
             grammar = grammar if isinstance(grammar, str) else None
             pub = {"accuracy": published_accuracy(r["task.name"], grammar, r["arch_name"], r["arch_conv"] if r["arch_conv"] == r["arch_conv"] else None,
-                                                  int(r["model.d_model"]))}
+                                                  int(r["model.d_model"]), r["arch"])}
             pub |= {f"@{k}": v for k, v in _published_attribution(r["task.name"], grammar, r["arch"]).items()}
             rows += [{**key, "quantity": q, "source": "published", "value": float(v), "run": ""}
                      for q, v in pub.items() if v is not None]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mecheval.common import set_dotted
+from mecheval.models.presets import arch_label
 
 PAPER_WIDTHS = [16, 32, 64, 128, 256]
 PAPER_LRS = [3e-5, 1e-4, 3e-4, 1e-3, 3e-3]
@@ -44,8 +45,27 @@ def _base(task: dict, scale: str, steps_paper: int, steps_cpu: int) -> dict:
             "eval": {"every": 500, "size": 512}, "checkpoint_every": 500, "snapshots": {"every": 250}}
 
 
-def _arch(preset: str, **fields) -> dict:
-    return {"model.preset": preset, **{f"model.{k}": v for k, v in fields.items()}}
+def _arch(preset: str, lr: float | None = None, **fields) -> dict:
+    """A sweep point: the preset, model fields, and the point's own learning rate (None: the study's grid)."""
+    return {"model.preset": preset, **{f"model.{k}": v for k, v in fields.items()}} | ({} if lr is None else {"optim.lr": lr})
+
+
+# the best AR rate of each architecture at d = 64 (results/paper-d64: ar-architectures, where 1e-3 learns
+# fastest or alone for every mixer but Mamba; mamba-published for Mamba's study build)
+AR_D64_LR = {"attention": 1e-3, "based": 1e-3, "mamba": 1e-2, "deltanet": 1e-3, "hyena": 1e-3, "baseconv": 1e-3, "h3": 1e-3}
+
+
+def _deep(preset: str, n_layers: int, lr: float | None = None) -> dict:
+    """`preset` with `n_layers` blocks. Based and BaseConv keep their layer-0 short conv 3 and repeat their
+    second layer's mixer (Based linear attention; BaseConv's long conv) above it; with one layer, that layer
+    is the second one's mixer for Based and the short conv 3 for BaseConv (the study does not say)."""
+    fields: dict = {"n_layers": n_layers}
+    if preset == "based":
+        fields |= {"mixer": ["based"] if n_layers == 1 else ["baseconv"] + ["based"] * (n_layers - 1),
+                   "d_conv": [None] if n_layers == 1 else [3] + [None] * (n_layers - 1)}
+    elif preset == "baseconv":
+        fields |= {"d_conv": [3] + ["long"] * (n_layers - 1)}
+    return _arch(preset, lr, **fields)
 
 
 @dataclass(frozen=True)
@@ -90,10 +110,14 @@ class Study:
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")
         paper = scale == "paper"
+        points = self.archs if paper else self.cpu_archs or self.archs
+        if archs is not None:
+            points = _select_archs(points, archs, self.name)
         grid = {"model.d_model": widths or PAPER_WIDTHS, **self.paper_grid} if paper else {}
         if widths and not paper:
             grid["model.d_model"] = widths
-        grid["optim.lr"] = lrs or (PAPER_LRS if paper else self.cpu_lrs)
+        if lrs or not paper or not all("optim.lr" in p for p in points):  # else every point brings its own rate
+            grid["optim.lr"] = lrs or (PAPER_LRS if paper else self.cpu_lrs)
         if seeds:
             grid["seed"] = seeds
         base = _base(self.task if paper else self.cpu_task, scale, *self.steps)
@@ -107,9 +131,6 @@ class Study:
             base["train_order"] = train_order or PAPER_TRAIN_ORDER
             if self.paper_length_groups != 1:
                 base["length_groups"] = self.paper_length_groups
-        points = self.archs if paper else self.cpu_archs or self.archs
-        if archs is not None:
-            points = _select_archs(points, archs, self.name)
         if paper:
             points = [_with_paper_build(p) for p in points]
         return {"base": base, "list": points, "grid": grid}
@@ -126,9 +147,9 @@ def point_label(point: dict) -> str:
     or a plug-in's import path (a mixer's, or a transformers model's class)."""
     if "model.preset" not in point:
         return point.get("model.hf") or point["model.mixer"]
-    conv = point.get("model.d_conv")
-    conv = conv[0] if isinstance(conv, list) else conv
-    return point["model.preset"] + ("" if conv is None else f" (d_conv {conv})")
+    conv, layers, positions = (point.get(f"model.{k}") for k in ("d_conv", "n_layers", "pos_emb"))
+    conv = None if layers is not None else conv[0] if isinstance(conv, list) else conv  # a deep point's convs are its depth's
+    return arch_label(point["model.preset"], conv, layers, positions)
 
 
 def _select_archs(points: list[dict], wanted: list[str], study: str) -> list[dict]:
@@ -232,6 +253,31 @@ STUDIES: dict[str, Study] = {
             archs=[_arch(a) for a in ZOO], cpu_archs=[_arch(a) for a in ("attention", "based", "mamba")],
             steps=ATR_STEPS, min_effect=0.1, paper_length_groups=ATR_EASY_LENGTH_GROUPS,
             base={"eval.splits": ["train", "test", "heldout"]},
+        ),
+        Study(
+            name="ar-depth",
+            cpu_measured="not timed yet",
+            description="The zoo on AR with 1 and 3 layers; attention without position embeddings, Based with them.",
+            cpu_drops="one width (64), one learning rate (3e-3; the paper scale runs each architecture at its best "
+                      "d = 64 AR rate), 3,000 steps of batch 128, AR with 4 pairs over 64+64 tokens",
+            task=AR_PAPER, cpu_task=AR_CPU,
+            archs=[_deep(a, n, AR_D64_LR[a]) for n in (1, 3) for a in ZOO]
+                  + [_arch("attention", AR_D64_LR["attention"], pos_emb="none"),
+                     _arch("based", AR_D64_LR["based"], pos_emb="learned")],
+            steps=AR_STEPS, sites=("resid_pre", "conv_out", "core_out"), analyses=("conv-window",),
+            findings=("one_layer_fails", "one_layer_mamba", "three_layers_learn", "attention_needs_positions",
+                      "based_with_positions"),
+        ),
+        Study(
+            name="atr-depth",
+            cpu_measured="not timed yet",
+            description="ATR easy with 1 layer: attention, Based, BaseConv and Mamba.",
+            cpu_drops="one width (64), one learning rate (3e-3; the paper scale runs each architecture at its best "
+                      "d = 64 AR rate), 3,000 steps of batch 128",
+            task={"name": "atr", "params": {"grammar": "easy"}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
+            archs=[_deep(a, 1, AR_D64_LR[a]) for a in ("attention", "based", "baseconv", "mamba")],
+            steps=ATR_STEPS, min_effect=0.1, paper_length_groups=ATR_EASY_LENGTH_GROUPS,
+            sites=("resid_pre", "conv_out", "core_out"), findings=("atr_one_layer_convs", "atr_one_layer_mamba"),
         ),
         Study(
             name="atr-mamba-noconv",
