@@ -25,12 +25,13 @@ from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_attribution, published_verdict
 from mecheval.report.html import render_html
-from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
+from mecheval.report.findings import FINDINGS, HIGH_ACC, POOR_ACC, Outcome, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import study_table
 from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
+from mecheval.report.widths import readable_widths, spans_widths, width_figure, width_table
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
 HEATMAPS = "key_*.png"  # in each run's interventions/, drawn by `mecheval intervene`: corrupt key, one per site
@@ -76,6 +77,11 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
     "accuracy": "Accuracy per architecture at its best learning rate, on the examples outside the conv reach "
                 "where the runs were intervened on (bars, with 95% intervals over seeds, or Wilson for one run); "
                 "black ticks: the published accuracy for the published task and size.",
+    "accuracy_by_width": "Accuracy against width, at each width's best learning rate: ours as solid lines (markers "
+                         "with 95% intervals over seeds, or Wilson for one run; outside the conv reach where intervened "
+                         "on), the published accuracy as dashed lines in the same colour, on a log2 width axis. One "
+                         "panel for the architectures at their published convs, one per architecture whose conv sizes "
+                         "the study varies; dotted: the comparison's thresholds.",
     "attribution_scatter": "One point per run. Key corrupted; the clean residual stream patched in at the read "
                            "point, at the value (y) or at the query (x). Top left: induction; bottom right: direct "
                            "retrieval. Bars: 95% bootstrap intervals; hollow: the run did not learn the task.",
@@ -100,6 +106,13 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
     "heatmap": "{arch}: key corrupted; clean {site} patched in at each (layer, role). Colour: share of "
                "p(answer) restored (0 nothing, 1 all).",
 }
+
+WIDTHS_NOTE = ("Each width's best-learning-rate accuracy (as above, with its 95% interval) beside the published one "
+               "(its 95% Wilson interval on the study's 320 test examples), compared point by point by intervals: "
+               "agree where the published value lies inside our interval, or both intervals lie wholly above "
+               f"{HIGH_ACC} (both learn) or wholly below {POOR_ACC} (both fail); differ where the two intervals are "
+               "disjoint otherwise; inconclusive where they overlap without ours holding the published value, or "
+               "where ours has no interval.")
 
 
 def _agree(ours, theirs) -> str:
@@ -337,12 +350,16 @@ def _published_medians(df: pd.DataFrame) -> dict[tuple[str, str], float]:
 
 
 def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.DataFrame,
-             timelines: dict) -> dict[str, tuple[bytes, str]]:
-    """name -> (PNG, caption): the study's figures, then per architecture (its most accurate best-lr run)
+             timelines: dict, widths: pd.DataFrame | None) -> dict[str, tuple[bytes, str]]:
+    """name -> (PNG, caption): the study's figures (accuracy against width where `widths`, `width_table`'s,
+    is given), then per architecture (its most accurate best-lr run)
     the layer profile, the conv window, the state readout, the timeline and the heatmaps `mecheval
     intervene` drew."""
     palette = figures.colours(list(dict.fromkeys(summary["arch"])))
     out = {"accuracy": (figures.to_png(figures.accuracy_figure(accuracy_bars(summary), palette)), CAPTIONS["accuracy"])}
+    if widths is not None:
+        out["accuracy_by_width"] = (figures.optimise_png(figures.to_png(width_figure(widths, palette))),
+                                    CAPTIONS["accuracy_by_width"])
     if summary["attrib@value"].notna().any():
         with_verdict = df[df["verdict"].notna()]
         out["attribution_scatter"] = (figures.to_png(figures.scatter_figure(with_verdict, palette)),
@@ -461,8 +478,10 @@ def _build(study_dir: Path) -> Report:
     atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False), study_dir)
     seeds = seeds_table(df)
 
+    widths = width_table(summary, df) if spans_widths(summary) else None
+
     fig_dir = safe_mkdir(study_dir / "figures", study_dir)
-    pngs = _figures(study_dir, df, summary, best, timelines)
+    pngs = _figures(study_dir, df, summary, best, timelines, widths)
     example = _example(study_dir, best)
     files = {}
     for name, (data, _) in pngs.items():
@@ -491,6 +510,7 @@ def _build(study_dir: Path) -> Report:
                 "corrupted, clean residual patched in at the read point, 95% interval) are read on those examples; "
                 "– where a run did not learn the task. Published figures are for the published task and sizes.",
                 for_people(summary), _fmt(summary)),
+        *([Section("Accuracy against width", WIDTHS_NOTE, readable_widths(widths), widths)] if widths is not None else []),
         Section("Accuracy and the conv-reach artefact", "Accuracy of each best-lr run on all intervention "
                 "examples, on those outside the query's reach through short convs, and inside it (AR: the queried "
                 "pair among the last ones), with Wilson 95% intervals and example counts.", artefact_table(best)),

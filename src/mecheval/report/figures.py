@@ -5,6 +5,10 @@ way (`colours`, the colour-blind-safe Okabe–Ito palette) and keeps its legend 
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import matplotlib.pyplot as plt  # the backend is the user's (headless: matplotlib falls back to Agg)
 import pandas as pd
@@ -22,6 +26,23 @@ def to_png(fig: Figure) -> bytes:
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
+
+
+def optimise_png_file(path: Path) -> None:
+    """Losslessly shrinks the PNG at `path` in place with optipng, where installed (else leaves it)."""
+    if shutil.which("optipng"):
+        subprocess.run(["optipng", "-quiet", "-o2", str(path)], check=False)
+
+
+def optimise_png(data: bytes) -> bytes:
+    """`data` (a PNG) shrunk by `optimise_png_file`; the same bytes where optipng is not installed."""
+    if not shutil.which("optipng"):
+        return data
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "figure.png"
+        path.write_bytes(data)
+        optimise_png_file(path)
+        return path.read_bytes()
 
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")

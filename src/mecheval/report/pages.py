@@ -13,8 +13,12 @@ KINDs:
                 is formed, what the recurrent state carries and when the mechanism formed
     published   a table of `mecheval.report.published` (`table=ar|mamba_conv|based_conv|atr|atr_attribution|heldout`)
     figure      the study figure (`study_figure.py`): each published finding beside ours
+    widths      accuracy against width (`widths.py`: the figure and the table compared with the published
+                values) of every study matching as `studies` does whose best-learning-rate runs span several
+                widths (a `studies` section shows it too)
 
-`write_pages(root)` fills every block and draws the figure (its numbers in docs/figures/study.csv);
+`write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv and, per
+study spanning several widths, docs/figures/widths/SCALE-NAME.csv);
 `stale_pages(root)` names what differs from the files now (the test that keeps the pages true).
 """
 
@@ -30,11 +34,12 @@ import pandas as pd
 
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
-from mecheval.report.build import state_table
+from mecheval.report.build import state_table, summarise
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.results import study_table
 from mecheval.report.timelines import formation_steps, timeline_table
+from mecheval.report.widths import readable_widths, spans_widths, width_table
 from mecheval.sweeps.runner import RUNS, SPEC
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -46,6 +51,7 @@ NOT_RUN = "not run"  # a finding's outcome where the study has no runs of the ar
 FIGURE_DIR = Path("docs/figures")
 FIGURE_DATA = FIGURE_DIR / "study.csv"  # the study figure's numbers: checked like a page
 FIGURE_PNG = FIGURE_DIR / "study.png"
+WIDTH_DIR = FIGURE_DIR / "widths"  # per study spanning several widths: SCALE-NAME.csv (checked like a page) and .png
 
 
 class PageError(ValueError):
@@ -224,7 +230,42 @@ def _task_line(study: Path) -> str:
             f"{len(df[df['status'] == 'done'])} finished runs.")
 
 
-def study_section(root: Path, study: Path) -> str:
+# ---- accuracy against width -------------------------------------------------------------------------
+
+def widths_data(root: Path, study: Path) -> pd.DataFrame | None:
+    """`widths.width_table` of the study's best-learning-rate runs; None where they span one width."""
+    df = _table(str(root / study), False)
+    summary = summarise(df)
+    return width_table(summary, df) if spans_widths(summary) else None
+
+
+def width_files(study: Path) -> tuple[Path, Path]:
+    """(CSV, PNG) of the study's accuracy-against-width figure, relative to the repository."""
+    return WIDTH_DIR / f"{anchor(study)}.csv", WIDTH_DIR / f"{anchor(study)}.png"
+
+
+def width_section(root: Path, study: Path, page: Path) -> str:
+    """The figure (linked from `page`) and the table of accuracy against width; empty for one width."""
+    table = widths_data(root, study)
+    if table is None:
+        return ""
+    png = os.path.relpath(width_files(study)[1], page.parent).replace(os.sep, "/")
+    return "\n".join([
+        f"Accuracy against width ({study.parent.name}/{study.name}; best learning rate per width; ours solid with "
+        "95% intervals, published dashed). Compared by intervals: agree where the published value lies in ours, or "
+        "both lie wholly above 0.8 or below 0.4; differ where ours and the published one's (n = 320) are disjoint; "
+        "else inconclusive.", "", f"![Accuracy against width, ours beside the published values]({png})", "",
+        _markdown(readable_widths(table).astype(str).to_dict("records")), ""])
+
+
+def widths_block(root: Path, args: dict[str, str], page: Path) -> str:
+    chosen = [s for s in studies(root) if _matches(root, s, args)]
+    if not chosen:
+        raise PageError(f"{page}: generated block 'widths {_args(args)}': no study under results/ matches")
+    return "\n".join(filter(None, (width_section(root, s, page) for s in chosen))) or "(no study here spans several widths yet)"
+
+
+def study_section(root: Path, study: Path, page: Path) -> str:
     """A study's heading, what it ran, its findings, its runs and, where computed, the readouts beyond
     the verdict."""
     path = root / study
@@ -248,6 +289,9 @@ def study_section(root: Path, study: Path) -> str:
     runs = run_rows(path)
     out += ["Runs (acc outside the conv reach and attributions: 95% intervals; `–` where a run did not learn):",
             "", _markdown(runs), ""]
+    widths = width_section(root, study, page)
+    if widths:
+        out += [widths]
     if any(EARLIER_RULES in r["verdict (published)"] for r in runs):
         out += [f"{EARLIER_RULES} Verdict {EARLIER_NOTE}", ""]
     every = _table(str(path), True)
@@ -269,7 +313,7 @@ def studies_block(root: Path, args: dict[str, str], page: Path) -> str:
     chosen = [s for s in studies(root) if _matches(root, s, args)]
     if not chosen:
         raise PageError(f"{page}: generated block 'studies {_args(args)}': no study under results/ matches")
-    return "\n".join(study_section(root, s) for s in chosen)
+    return "\n".join(study_section(root, s, page) for s in chosen)
 
 
 def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
@@ -345,17 +389,19 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = studies_block(root, args, page)
     elif kind == "published":
         body = published_block(args, page)
+    elif kind == "widths":
+        body = widths_block(root, args, page)
     elif kind == "figure":
         rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
         body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
     else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure)")
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths)")
     return body.rstrip() + "\n"
 
 
 def generate(root: Path) -> dict[Path, str]:
-    """page -> its text with every generated block filled, for the pages that have blocks; and the study
-    figure's data (FIGURE_DATA) as CSV text."""
+    """page -> its text with every generated block filled, for the pages that have blocks; the study
+    figure's data (FIGURE_DATA) and each accuracy-against-width figure's (`width_files`) as CSV text."""
     from mecheval.report.study_figure import figure_data
 
     root = Path(root)
@@ -367,6 +413,10 @@ def generate(root: Path) -> dict[Path, str]:
             continue
         out[page] = BLOCK.sub(lambda m: m[1] + render(root, page, m["spec"], index) + m[4], text)
     out[FIGURE_DATA] = figure_data(root).to_csv(index=False, float_format="%.4f")
+    for study in studies(root):
+        table = widths_data(root, study)
+        if table is not None:
+            out[width_files(study)[0]] = table.to_csv(index=False, float_format="%.4f")
     return out
 
 
@@ -377,7 +427,8 @@ def stale_pages(root: Path) -> list[Path]:
 
 
 def write_pages(root: Path) -> list[Path]:
-    """Fill every generated block and draw the study figure; returns the files that changed."""
+    """Fill every generated block and draw the study figure and the accuracy-against-width figures (each
+    where its data changed or its PNG is missing); returns the files that changed."""
     from mecheval.report.study_figure import draw
 
     root = Path(root)
@@ -391,4 +442,18 @@ def write_pages(root: Path) -> list[Path]:
     if FIGURE_DATA in changed or not (root / FIGURE_PNG).exists():
         draw(pd.read_csv(root / FIGURE_DATA), root / FIGURE_PNG)
         changed.append(FIGURE_PNG)
+    for study in studies(root):
+        data, png = width_files(study)
+        if (root / data).exists() and (data in changed or not (root / png).exists()):
+            draw_widths(pd.read_csv(root / data), root / png)
+            changed.append(png)
     return changed
+
+
+def draw_widths(table: pd.DataFrame, path: Path) -> None:
+    """`widths.width_figure` of a `width_table` (read back from its CSV) as an optimised PNG at `path`."""
+    from mecheval.report.figures import colours
+    from mecheval.report.study_figure import save_figure
+    from mecheval.report.widths import width_figure
+
+    save_figure(width_figure(table, colours(list(dict.fromkeys(table["arch"])))), path)

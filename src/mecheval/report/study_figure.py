@@ -7,8 +7,6 @@ attributions only for runs that learned the task), the published value as a blac
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import matplotlib
@@ -19,7 +17,7 @@ import pandas as pd  # noqa: E402
 
 from mecheval.report import published  # noqa: E402
 from mecheval.report.compare import published_accuracy, published_attribution  # noqa: E402
-from mecheval.report.figures import OKABE_ITO  # noqa: E402
+from mecheval.report.figures import OKABE_ITO, optimise_png_file  # noqa: E402
 
 QUANTITIES = ("accuracy", "@key", "@value", "@query")
 COMPARED = set(published.AR_ACCURACY) | {"deltanet"}  # the study's architectures (plug-ins are not compared)
@@ -97,8 +95,13 @@ def draw(data: pd.DataFrame, path: Path) -> None:
         legend |= dict(zip(*reversed(ax.get_legend_handles_labels())))
     fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncol=len(legend), fontsize=8, frameon=False)
     fig.suptitle("mecheval: the published findings (◇) beside ours (●, one per run), per architecture", fontsize=11)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    """`fig` as a PNG at `path` (folders made; no software stamp, so a redraw of the same data is the same
+    file), optimised (`figures.optimise_png_file`); the figure is closed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=96, metadata={"Software": None})
     plt.close(fig)
-    if shutil.which("optipng"):
-        subprocess.run(["optipng", "-quiet", "-o2", str(path)], check=False)
+    optimise_png_file(path)

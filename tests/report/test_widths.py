@@ -1,0 +1,170 @@
+"""Accuracy against width: the table compared with the published values by intervals, the figure (ours
+solid with error bars, the published values dashed in the same colour, one panel per group), and the
+report and pages that show them where a study's best-learning-rate runs span several widths."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from matplotlib.figure import Figure
+
+from mecheval.report.build import build_report
+from mecheval.report.compare import compare_accuracy, published_interval
+from mecheval.report.figures import colours
+from mecheval.report.published import AR_ACCURACY, MAMBA_AR_BY_CONV, WIDTHS
+from mecheval.report.widths import DODGE, ZOO, readable_widths, spans_widths, width_figure, width_table
+
+QUICK = Path(__file__).parents[2] / "results/cpu/quick"
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("lo, hi, theirs, expected", [
+    (0.06, 0.16, 0.07, "agree"),         # the published value inside our interval
+    (0.97, 0.99, 1.00, "agree"),         # outside it, but both wholly above 0.8: both learn
+    (0.02, 0.05, 0.10, "agree"),         # both wholly below 0.4 (published [0.07, 0.14]): both fail
+    (0.50, 0.70, 0.19, "differ"),        # disjoint from the published [0.15, 0.24]
+    (0.93, 0.97, 0.81, "differ"),        # above 0.8, but the published [0.76, 0.85] is not wholly: disjoint
+    (0.62, 0.74, 0.77, "inconclusive"),  # excludes 0.77, overlaps its [0.72, 0.81]
+    (0.81, 0.90, 0.80, "inconclusive"),  # a published point near the threshold decides nothing
+    (0.20, 0.40, 0.10, "differ"),        # our hi touches 0.4: not wholly below it
+    (NAN, NAN, 0.50, "inconclusive"),    # no interval of ours
+    (0.10, 0.20, None, ""),              # nothing published
+])
+def test_comparison_is_decided_by_intervals(lo, hi, theirs, expected):
+    assert compare_accuracy(lo, hi, theirs) == expected
+
+
+def test_published_interval_is_wilson_on_320_examples():
+    lo, hi = published_interval(0.77)
+    assert lo == pytest.approx(0.7195, abs=1e-3) and hi == pytest.approx(0.8116, abs=1e-3)
+
+
+RUNS = [  # arch, name, conv, width, seeds, acc, lo, hi -> the comparison with the published value
+    ("attention", "attention", None, 16, 1, 0.10, 0.06, 0.16),       # .07: agree
+    ("attention", "attention", None, 32, 1, 0.99, 0.97, 1.00),       # 1.0: agree
+    ("mamba", "mamba", None, 16, 3, 0.30, 0.20, 0.40),               # .10: differ
+    ("mamba", "mamba", None, 32, 3, 0.68, 0.62, 0.74),               # .77: inconclusive
+    ("mamba (d_conv 2)", "mamba", 2, 16, 1, 0.05, 0.02, 0.09),       # .04: agree
+    ("mamba (d_conv 2)", "mamba", 2, 32, 1, 0.60, 0.50, 0.70),       # .19: differ
+]
+
+
+def _hand_made() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summary, study table) as `build.summarise` and `results.study_table` give them, by hand."""
+    summary = pd.DataFrame([{"arch": a, "model.d_model": w, "optim.lr": 1e-3, "seeds": s, "acc": m,
+                             "acc_outside": m, "acc_outside_lo": lo, "acc_outside_hi": hi}
+                            for a, _, _, w, s, m, lo, hi in RUNS])
+    df = pd.DataFrame([{"arch": a, "arch_name": n, "arch_conv": c, "task.name": "ar"} for a, n, c, *_ in RUNS])
+    return summary, df
+
+
+def test_table_beside_the_published_values_at_every_width():
+    summary, df = _hand_made()
+    assert spans_widths(summary) and not spans_widths(summary[summary["model.d_model"] == 16])
+    table = width_table(summary, df)
+    assert len(table) == 3 * len(WIDTHS)  # every published width, ours where we ran it
+    ran = table[table["seeds"] > 0].set_index(["arch", "width"])
+    assert ran["comparison"].to_dict() == {("attention", 16): "agree", ("attention", 32): "agree",
+                                           ("mamba", 16): "differ", ("mamba", 32): "inconclusive",
+                                           ("mamba (d_conv 2)", 16): "agree", ("mamba (d_conv 2)", 32): "differ"}
+    assert set(table.loc[table["arch"] == "mamba (d_conv 2)", "panel"]) == {"mamba: conv sizes"}
+    assert set(table.loc[table["arch"] != "mamba (d_conv 2)", "panel"]) == {ZOO}
+    assert table.loc[table["arch"] == "mamba (d_conv 2)", "published"].tolist() == list(MAMBA_AR_BY_CONV[2].values())
+    people = readable_widths(table)
+    assert len(people) == len(RUNS)
+    assert people.iloc[3].to_dict() == {"architecture": "mamba", "width": 32, "seeds": 3, "ours [95% CI]": "0.68 [0.62, 0.74]",
+                                        "published [95% CI, n = 320]": "0.77 [0.72, 0.81]", "comparison": "inconclusive"}
+
+
+def test_figure_draws_ours_with_intervals_and_the_published_values_dashed():
+    summary, df = _hand_made()
+    palette = colours(list(dict.fromkeys(summary["arch"])))
+    fig = width_figure(width_table(summary, df), palette)
+    assert isinstance(fig, Figure)
+    zoo, convs = fig.axes[:2]
+    assert zoo.get_title() == ZOO and convs.get_title() == "mamba: conv sizes"
+    assert zoo.get_xscale() == "log" and [t.get_text() for t in zoo.get_xticklabels()] == [str(w) for w in WIDTHS]
+    dashed = {line.get_label(): line for line in zoo.lines if line.get_linestyle() == "--"}
+    mamba = dashed["_published mamba"]
+    assert list(mamba.get_xdata()) == list(WIDTHS) and list(mamba.get_ydata()) == list(AR_ACCURACY["mamba"].values())
+    assert mamba.get_color() == palette["mamba"]
+    ours = [line for line in zoo.lines if line.get_linestyle() == "-" and line.get_color() == palette["mamba"]]
+    assert len(ours) == 1 and list(ours[0].get_ydata()) == [0.30, 0.68]
+    assert list(ours[0].get_xdata()) == pytest.approx([16 * DODGE ** 0.5, 32 * DODGE ** 0.5])  # the second of two, beside
+    assert len(zoo.collections) >= 2  # the error bars, one set per architecture
+    assert "_published mamba (d_conv 2)" in [line.get_label() for line in convs.lines]
+    legend = [t.get_text() for t in zoo.get_legend().get_texts()]
+    assert legend == ["attention", "mamba", "ours (95% interval)", "published"]
+
+
+def _copy(name: str, to: Path, width: int, acc: float | None = None) -> None:
+    """A committed quick run copied to `to`, claimed to be of `width`; its accuracy outside the conv reach
+    set to `acc` (a 0.05 wide interval) where given."""
+    shutil.copytree(QUICK / "runs" / name, to, ignore=shutil.ignore_patterns("checkpoints", "interventions", "*.png"))
+    config = yaml.safe_load((to / "config.yaml").read_text())
+    config["model"]["d_model"] = width
+    (to / "config.yaml").write_text(yaml.safe_dump(config))
+    if acc is not None:
+        verdict = json.loads((to / "verdict.json").read_text())
+        verdict |= {"acc_outside": acc, "acc_outside_lo": acc - 0.05, "acc_outside_hi": acc + 0.05}
+        (to / "verdict.json").write_text(json.dumps(verdict))
+
+
+@pytest.fixture
+def two_widths(tmp_path) -> Path:
+    """A folder of runs at d = 64 (as committed) and d = 32: attention (one seed), Mamba (two seeds)."""
+    folder = tmp_path / "widths"
+    _copy("preset-attention_lr-0.003_seed-0", folder / "attention-64", 64)
+    _copy("preset-attention_lr-0.003_seed-0", folder / "attention-32", 32, acc=0.5)
+    _copy("preset-mamba_lr-0.003_seed-0", folder / "mamba-64", 64)
+    for seed, acc in ((0, 0.75), (1, 0.79)):
+        _copy(f"preset-mamba_lr-0.003_seed-{seed}", folder / f"mamba-32-{seed}", 32, acc=acc)
+    return folder
+
+
+@pytest.mark.skipif(not QUICK.exists(), reason="the committed quick study is not in this checkout")
+def test_report_shows_accuracy_against_width(two_widths):
+    report = build_report(two_widths)
+    assert (two_widths / "figures" / "accuracy_by_width.png").stat().st_size > 1000
+    md = report.markdown.read_text()
+    section = md.split("## Accuracy against width", 1)[1].split("\n## ", 1)[0]
+    assert "![accuracy_by_width](figures/accuracy_by_width.png)" in md
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")]
+    rows = {tuple(r[:2]): r[2:] for r in cells[1:]}  # (architecture, width) -> seeds, ours, published, comparison
+    assert cells[0] == ["architecture", "width", "seeds", "ours [95% CI]", "published [95% CI, n = 320]", "comparison"]
+    assert rows[("attention", "32")] == ["1", "0.50 [0.45, 0.55]", "1.00 [0.99, 1.00]", "differ"]
+    assert rows[("attention", "64")][-1] == "agree"
+    # two seeds: the t interval over them, which holds the published 0.77
+    assert rows[("mamba", "32")] == ["2", "0.77 [0.52, 1.00]", "0.77 [0.72, 0.81]", "agree"]
+    assert rows[("mamba", "64")][-1] == "differ"  # ours above 0.93, published 0.81 [0.76, 0.85]
+    assert "Accuracy against width" in report.html.read_text()
+
+
+@pytest.mark.skipif(not QUICK.exists(), reason="the committed quick study is not in this checkout")
+def test_pages_show_accuracy_against_width(tmp_path, two_widths):
+    from mecheval.report import pages
+
+    root = tmp_path / "repo"
+    (root / "results" / "cpu" / "widths").mkdir(parents=True)
+    two_widths.rename(root / "results" / "cpu" / "widths" / "runs")
+    shutil.copy(QUICK / "study.json", root / "results" / "cpu" / "widths" / "study.json")  # the study figure needs one
+    (root / "docs").mkdir()
+    page = root / "docs" / "page.md"
+    page.write_text("# A page\n\n<!-- generated: widths task=ar -->\n<!-- end generated -->\n")
+    pages._table.cache_clear()
+    changed = pages.write_pages(root)
+    data, png = pages.width_files(Path("results/cpu/widths"))
+    assert data == Path("docs/figures/widths/cpu-widths.csv") and {data, png, Path("docs/page.md")} <= set(changed)
+    assert (root / png).stat().st_size > 1000
+    text = page.read_text()
+    assert "![Accuracy against width, ours beside the published values](figures/widths/cpu-widths.png)" in text
+    assert "| mamba | 32 | 2 | 0.77 [0.52, 1.00] | 0.77 [0.72, 0.81] | agree |" in text
+    assert pages.stale_pages(root) == []
+    table = pd.read_csv(root / data)
+    assert math.isclose(table.set_index(["arch", "width"]).at[("attention", 32), "acc"], 0.5)
