@@ -168,3 +168,18 @@ def test_pages_show_accuracy_against_width(tmp_path, two_widths):
     assert pages.stale_pages(root) == []
     table = pd.read_csv(root / data)
     assert math.isclose(table.set_index(["arch", "width"]).at[("attention", 32), "acc"], 0.5)
+    glance = pd.read_csv(root / pages.FIGURE_DATA)  # the study figure: one line per architecture and width
+    assert {"mamba (d = 32)", "mamba (d = 64)"} <= set(glance["arch"])
+
+
+@pytest.mark.skipif(not QUICK.exists(), reason="the committed quick study is not in this checkout")
+def test_a_widths_block_without_such_a_study_says_so(tmp_path):
+    from mecheval.report import pages
+
+    (tmp_path / "results" / "cpu").mkdir(parents=True)
+    (tmp_path / "results" / "cpu" / "quick").symlink_to(QUICK)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("<!-- generated: widths task=ar -->\n<!-- end generated -->\n")
+    out = pages.generate(tmp_path)
+    assert "(no study here spans several widths yet)" in out[Path("docs/page.md")]
+    assert not any(pages.WIDTH_DIR in p.parents for p in out)  # no width figure for one width

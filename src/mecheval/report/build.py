@@ -25,13 +25,13 @@ from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_attribution, published_verdict
 from mecheval.report.html import render_html
-from mecheval.report.findings import FINDINGS, HIGH_ACC, POOR_ACC, Outcome, conv_evidence, seed_pairs
+from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import study_table
 from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
-from mecheval.report.widths import readable_widths, spans_widths, width_figure, width_table
+from mecheval.report.widths import RULE, readable_widths, spans_widths, width_figure, width_table
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
 HEATMAPS = "key_*.png"  # in each run's interventions/, drawn by `mecheval intervene`: corrupt key, one per site
@@ -107,12 +107,8 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
                "p(answer) restored (0 nothing, 1 all).",
 }
 
-WIDTHS_NOTE = ("Each width's best-learning-rate accuracy (as above, with its 95% interval) beside the published one "
-               "(its 95% Wilson interval on the study's 320 test examples), compared point by point by intervals: "
-               "agree where the published value lies inside our interval, or both intervals lie wholly above "
-               f"{HIGH_ACC} (both learn) or wholly below {POOR_ACC} (both fail); differ where the two intervals are "
-               "disjoint otherwise; inconclusive where they overlap without ours holding the published value, or "
-               "where ours has no interval.")
+WIDTHS_NOTE = ("Each width's best-learning-rate accuracy (as above, with its 95% interval: over seeds where several "
+               "ran, else Wilson) beside the published one, compared point by point by intervals: " + RULE + ".")
 
 
 def _agree(ours, theirs) -> str:

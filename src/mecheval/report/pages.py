@@ -39,7 +39,7 @@ from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.results import study_table
 from mecheval.report.timelines import formation_steps, timeline_table
-from mecheval.report.widths import readable_widths, spans_widths, width_table
+from mecheval.report.widths import RULE, readable_widths, spans_widths, width_table
 from mecheval.sweeps.runner import RUNS, SPEC
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -252,17 +252,14 @@ def width_section(root: Path, study: Path, page: Path) -> str:
     png = os.path.relpath(width_files(study)[1], page.parent).replace(os.sep, "/")
     return "\n".join([
         f"Accuracy against width ({study.parent.name}/{study.name}; best learning rate per width; ours solid with "
-        "95% intervals, published dashed). Compared by intervals: agree where the published value lies in ours, or "
-        "both lie wholly above 0.8 or below 0.4; differ where ours and the published one's (n = 320) are disjoint; "
-        "else inconclusive.", "", f"![Accuracy against width, ours beside the published values]({png})", "",
+        f"95% intervals, published dashed), compared by intervals: {RULE}.", "",
+        f"![Accuracy against width, ours beside the published values]({png})", "",
         _markdown(readable_widths(table).astype(str).to_dict("records")), ""])
 
 
 def widths_block(root: Path, args: dict[str, str], page: Path) -> str:
-    chosen = [s for s in studies(root) if _matches(root, s, args)]
-    if not chosen:
-        raise PageError(f"{page}: generated block 'widths {_args(args)}': no study under results/ matches")
-    return "\n".join(filter(None, (width_section(root, s, page) for s in chosen))) or "(no study here spans several widths yet)"
+    sections = [width_section(root, s, page) for s in _chosen(root, "widths", args, page)]
+    return "\n".join(filter(None, sections)) or "(no study here spans several widths yet)"
 
 
 def study_section(root: Path, study: Path, page: Path) -> str:
@@ -310,10 +307,15 @@ def study_section(root: Path, study: Path, page: Path) -> str:
 
 
 def studies_block(root: Path, args: dict[str, str], page: Path) -> str:
+    return "\n".join(study_section(root, s, page) for s in _chosen(root, "studies", args, page))
+
+
+def _chosen(root: Path, kind: str, args: dict[str, str], page: Path) -> list[Path]:
+    """The studies a `kind` block's arguments select (`_matches`); PageError where none does."""
     chosen = [s for s in studies(root) if _matches(root, s, args)]
     if not chosen:
-        raise PageError(f"{page}: generated block 'studies {_args(args)}': no study under results/ matches")
-    return "\n".join(study_section(root, s, page) for s in chosen)
+        raise PageError(f"{page}: generated block '{kind} {_args(args)}': no study under results/ matches")
+    return chosen
 
 
 def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:

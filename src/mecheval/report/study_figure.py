@@ -33,7 +33,8 @@ def _published_attribution(task: str, grammar: str | None, arch: str) -> dict[st
 def figure_data(root: Path) -> pd.DataFrame:
     """One row per (run or published value, quantity): task, scale, arch, quantity, source (ours /
     published), value. Ours: the best-learning-rate runs of every study with a study.json, for the
-    architectures the study compares, with their default conv or none."""
+    architectures the study compares, with their default conv or none; `arch` names the width where the
+    study's runs span several."""
     from mecheval.report.pages import _meta, _table, studies
 
     rows = []
@@ -43,8 +44,10 @@ def figure_data(root: Path) -> pd.DataFrame:
         df = _table(str(root / study), False)
         best = df[df["best_lr"] & df["arch_name"].isin(COMPARED)]
         best = best[best["arch_conv"].isna() | (best["arch_conv"] == 0)]
+        several = best["model.d_model"].nunique() > 1  # each width its own line (`widths.py` draws the trend)
         for _, r in best.iterrows():
-            key = {"task": r["task.name"], "scale": study.parent.name, "arch": r["arch"]}
+            arch = f"{r['arch']} (d = {int(r['model.d_model'])})" if several else r["arch"]
+            key = {"task": r["task.name"], "scale": study.parent.name, "arch": arch}
             run = f"{study}/{r['name']}"  # relative to the repository, wherever it is checked out
             acc = r.get("acc_outside")
             acc = r["acc"] if acc is None or acc != acc else acc

@@ -23,6 +23,10 @@ from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
 from mecheval.report.published import WIDTHS
 
 ZOO = "architectures at their published convs"
+RULE = (f"agree where the published value lies inside our 95% interval, or both ours and the published one's (its "
+        f"Wilson interval on the study's 320 test examples) lie wholly at or above {HIGH_ACC} (both learn) or wholly "
+        f"below {POOR_ACC} (both fail); differ where the two intervals are disjoint otherwise; inconclusive where they "
+        "overlap without ours holding the published value, or where ours has no interval")  # `compare_accuracy`
 DODGE = 2 ** 0.04  # on the log2 width axis: 0.04 of a doubling between architectures' markers
 COLUMNS = ["panel", "arch", "width", "seeds", "acc", "acc_lo", "acc_hi", "published", "comparison"]
 
@@ -117,7 +121,8 @@ def width_panel(rows: pd.DataFrame, palette: dict[str, str], ax: Axes | None = N
 def width_figure(table: pd.DataFrame, palette: dict[str, str]) -> Figure:
     """`width_table` drawn with `width_panel`, one panel per group (the zoo first), sharing the y axis."""
     panels = sorted(table["panel"].unique(), key=lambda p: (p != ZOO, p))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.6 * len(panels)), 4.2), sharey=True, squeeze=False,
+                             layout="constrained")
     for ax, name in zip(axes[0], panels):
         width_panel(table[table["panel"] == name], palette, ax=ax, title=name)
     axes[0, 0].set_ylabel("accuracy (best learning rate)")
