@@ -18,7 +18,7 @@ from mecheval.report.build import build_report
 from mecheval.report.compare import compare_accuracy, published_interval
 from mecheval.report.figures import colours
 from mecheval.report.published import AR_ACCURACY, MAMBA_AR_BY_CONV, WIDTHS
-from mecheval.report.widths import DODGE, ZOO, readable_widths, spans_widths, width_figure, width_table
+from mecheval.report.widths import DODGE, VARIANTS, ZOO, panel, readable_widths, spans_widths, width_figure, width_table
 
 QUICK = Path(__file__).parents[2] / "results/cpu/quick"
 NAN = float("nan")
@@ -75,6 +75,7 @@ def test_table_beside_the_published_values_at_every_width():
                                            ("mamba (d_conv 2)", 16): "agree", ("mamba (d_conv 2)", 32): "differ"}
     assert set(table.loc[table["arch"] == "mamba (d_conv 2)", "panel"]) == {"mamba: conv sizes"}
     assert set(table.loc[table["arch"] != "mamba (d_conv 2)", "panel"]) == {ZOO}
+    assert panel("mamba (1 layer)", "mamba", None) == VARIANTS and panel("based (d_conv 4)", "based", 4) == "based: conv sizes"
     assert table.loc[table["arch"] == "mamba (d_conv 2)", "published"].tolist() == list(MAMBA_AR_BY_CONV[2].values())
     people = readable_widths(table)
     assert len(people) == len(RUNS)

@@ -3,9 +3,9 @@ each width with its 95% interval beside the published curve, and the two compare
 (`compare.compare_accuracy`: agree / differ / inconclusive, decided by intervals).
 
 `width_table` is the data (one row per architecture and width, ours and published); `width_figure` draws
-it, one panel per group of architectures: the zoo at its published convs, and one panel per architecture
-whose conv sizes the study varies (Mamba's d_conv, Based's layer-0 conv); `width_panel` draws one group on
-a given Axes. `readable_widths` is the table for people.
+it, one panel per group of architectures: the zoo at its published convs, one per architecture whose
+conv sizes the study varies (Mamba's d_conv, Based's layer-0 conv), and one for other depths and position
+embeddings, each where the study ran them; `width_panel` draws one group on a given Axes. `readable_widths` is the table for people.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
 from mecheval.report.published import WIDTHS
 
 ZOO = "architectures at their published convs"
+VARIANTS = "other depths and position embeddings"
 RULE = (f"agree where the published value lies inside our 95% interval, or both ours and the published one's (its "
         f"Wilson interval on the study's 320 test examples) lie wholly at or above {HIGH_ACC} (both learn) or wholly "
         f"below {POOR_ACC} (both fail); differ where the two intervals are disjoint otherwise; inconclusive where they "
@@ -36,10 +37,13 @@ def spans_widths(summary: pd.DataFrame) -> bool:
     return summary["model.d_model"].nunique() > 1
 
 
-def panel(name: str, conv) -> str:
-    """The panel an architecture is drawn in: the zoo where its conv is the published default (None), else
-    `NAME: conv sizes`."""
-    return ZOO if conv is None or conv != conv else f"{name}: conv sizes"
+def panel(label: str, name: str, conv) -> str:
+    """The panel an architecture (its `arch_label`, name and conv) is drawn in: `NAME: conv sizes` where its
+    conv differs from the published default, VARIANTS where its depth or position embedding does, else the
+    zoo's."""
+    if conv is not None and conv == conv:
+        return f"{name}: conv sizes"
+    return ZOO if label == name else VARIANTS
 
 
 def width_table(summary: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +69,7 @@ def width_table(summary: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
         for width in sorted(set(WIDTHS) | set(ours)):
             row, (acc, lo, hi, _) = ours.get(width, (None, (float("nan"),) * 3 + ("acc",)))
             theirs = published_accuracy(task, grammar, name, conv, width, arch)
-            rows.append({"panel": panel(name, conv), "arch": arch + (f" · {grammar}" if several else ""),
+            rows.append({"panel": panel(arch, name, conv), "arch": arch + (f" · {grammar}" if several else ""),
                          "width": width, "seeds": 0 if row is None else int(row["seeds"]), "acc": acc,
                          "acc_lo": lo, "acc_hi": hi, "published": float("nan") if theirs is None else float(theirs),
                          "comparison": "" if row is None else compare_accuracy(lo, hi, theirs)})
