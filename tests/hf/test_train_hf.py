@@ -34,6 +34,17 @@ def test_a_train_config_builds_the_named_class_at_mechevals_width_and_depth():
     assert "layers.1.state" in lm.sites()
 
 
+def test_the_classes_special_ids_outside_the_tasks_vocabulary_are_unset(caplog):
+    from mecheval.models import build_model
+
+    cfg = TrainConfig.model_validate({"task": TASK, "steps": 1, "model": {"hf": "GPT2LMHeadModel", "d_model": 16,
+                                                                          "config": {"n_head": 1, "eos_token_id": 3}}})
+    with caplog.at_level("WARNING"):
+        c = build_model(cfg.model).model.config
+    assert (c.bos_token_id, c.eos_token_id) == (None, 3)  # GPT-2's 50256 unset; one the config names kept
+    assert "bos_token_id" not in caplog.text
+
+
 @pytest.mark.parametrize("model, message", [
     ({"hf": "NoSuchForCausalLM"}, "model.hf 'NoSuchForCausalLM': transformers has no such class"),
     ({"hf": "MambaForCausalLM", "config": {"hidden_size": 8}}, "model: Value error, config: ['hidden_size'] are set by model.vocab_size / d_model / n_layers"),

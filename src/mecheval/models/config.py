@@ -178,8 +178,10 @@ class HFModelConfig(BaseModel):
         return self
 
     def transformers_config(self) -> dict[str, Any]:
-        """The transformers config's fields."""
-        return {**self.config, "vocab_size": self.vocab_size, "hidden_size": self.d_model, "num_hidden_layers": self.n_layers}
+        """The transformers config's fields. The class's own bos / eos ids (GPT-2's 50256) are unset unless
+        `config` names them: the task's vocabulary has its own, and theirs may lie outside it."""
+        return {"bos_token_id": None, "eos_token_id": None, **self.config, "vocab_size": self.vocab_size,
+                "hidden_size": self.d_model, "num_hidden_layers": self.n_layers}
 
 
 def is_hf_model(data: Any) -> str:
