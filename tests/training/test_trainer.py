@@ -10,7 +10,7 @@ import mecheval
 from mecheval.models import build_model
 from mecheval.tasks import make_task
 from mecheval.training import ConfigError, RunExistsError, train
-from mecheval.training.checkpoint import CheckpointError
+from mecheval.training.checkpoint import CheckpointError, read_tensors
 from mecheval.training.data import eval_sets
 from mecheval.training.run_dir import CHECKPOINT, RunDir
 from mecheval.training.trainer import Trainer, answer_logits, evaluate
@@ -75,7 +75,9 @@ def test_resume_after_a_crash_is_bitwise_identical(tmp_path, tiny_config, monkey
     assert not run.finished and (run / CHECKPOINT).exists()
     with pytest.raises(RunExistsError):
         train(cfg, run.path, quiet=True)
-    train(cfg, run.path, resume=True, quiet=True)
+    cpu_before = json.loads(read_tensors(run / CHECKPOINT)[1]["state"])["cpu_s"]
+    summary = train(cfg, run.path, resume=True, quiet=True)
+    assert 0 < cpu_before < summary["cpu_time_s"]  # the CPU time of both sessions, counted on from the checkpoint
     ref, out = weights(tmp_path / "ref"), weights(run.path)
     assert all(torch.equal(ref[k], out[k]) for k in ref)
     assert deterministic(run.read_metrics()) == deterministic(RunDir(tmp_path / "ref").read_metrics())

@@ -329,6 +329,37 @@ def _args(args: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in args.items())
 
 
+# ---- what runs cost ---------------------------------------------------------------------------------
+
+def _minutes(values: pd.Series) -> str:
+    """Median minutes per run, with the range where runs differ; – where none recorded it."""
+    m = (values.dropna().astype(float) / 60).sort_values()
+    if m.empty:
+        return "–"
+    lo, med, hi = m.iloc[0], m.median(), m.iloc[-1]
+    return f"{med:.0f}" if round(lo) == round(hi) else f"{med:.0f} ({lo:.0f}–{hi:.0f})"
+
+
+def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
+    """Per chosen study (`_chosen`), and per architecture with `by=arch`: the finished runs' steps and minutes
+    per run. Wall minutes are one thread's per run (the studies' workers train with one thread each, two at
+    once on two cores, often beside other work, so they overstate the core-minutes); CPU minutes are the
+    training process's own CPU time (summary.json `cpu_time_s`, recorded since 2026-12-03)."""
+    rows = []
+    for study in _chosen(root, "costs", {k: v for k, v in args.items() if k != "by"}, page):
+        df = _table(str(root / study), True)
+        df = df[df["status"] == "done"]
+        groups = df.groupby("arch", sort=True) if args.get("by") == "arch" else [(None, df)]
+        for arch, part in groups:
+            cpu = part["summary.cpu_time_s"] if "summary.cpu_time_s" in part else pd.Series(dtype=float)
+            steps = part["summary.steps"].dropna().astype(int)
+            rows.append({"study": f"{study.parent.name}/{study.name}", **({"architecture": arch} if arch else {}),
+                         "runs": len(part), "steps per run": f"{int(steps.median()):,}" if len(steps) else "–",
+                         "wall min per run": _minutes(part["summary.wall_time_s"]), "CPU min per run": _minutes(cpu),
+                         "steps/s": _num(part["summary.steps_per_s"].median(), 1)})
+    return rows
+
+
 # ---- the published numbers ---------------------------------------------------------------------------
 
 def _by_width(table: dict, label: str) -> list[dict]:
@@ -393,11 +424,13 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = published_block(args, page)
     elif kind == "widths":
         body = widths_block(root, args, page)
+    elif kind == "costs":
+        body = _markdown(cost_rows(root, args, page))
     elif kind == "figure":
         rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
         body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
     else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths)")
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, costs)")
     return body.rstrip() + "\n"
 
 

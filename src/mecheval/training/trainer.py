@@ -188,6 +188,7 @@ class Trainer:
         self.stream = TrainStream(self.task, cfg.batch_size, cfg.seed, cfg.train_size, cfg.train_order)
         self.evals = {k: v.to(self.device) for k, v in eval_sets(self.task, cfg.eval.splits, cfg.eval.size, cfg.eval.seed).items()}
         self.step, self.wall_s, self.tokens = 0, 0.0, 0
+        self.cpu_s: float | None = 0.0  # this process's CPU seconds (all threads) spent training; None: not known
         self.accum = self._zero_accum()
         self.bad_step = torch.zeros((), dtype=torch.long, device=self.device)  # the first non-finite loss's (0: none)
         for stale in [*run.path.glob(".*.tmp-*"), *run.path.glob("snapshots/.*.tmp-*")]:  # writes cut short by a kill
@@ -196,6 +197,7 @@ class Trainer:
             accum, state = load_checkpoint(run / CHECKPOINT, self.lm, self.opt, cfg.fingerprint())
             self.accum = {k: v.to(self.device) for k, v in accum.items()}
             self.step, self.wall_s, self.tokens = state["step"], state["wall_s"], state["tokens"]
+            self.cpu_s = state.get("cpu_s")  # None from a checkpoint written before it was recorded
         run.truncate_metrics(self.step)
         self.snapshot_at = set(cfg.snapshots.schedule(cfg.steps)) if cfg.snapshots else set()
         self.evals_seen = [m["eval"] for m in run.read_metrics() if "eval" in m]  # for the early stop
@@ -269,7 +271,7 @@ class Trainer:
 
     def checkpoint(self) -> None:
         self.check_finite()
-        state = {"step": self.step, "wall_s": self.wall_s, "tokens": self.tokens, "fingerprint": self.cfg.fingerprint(),
+        state = {"step": self.step, "wall_s": self.wall_s, "cpu_s": self.cpu_s, "tokens": self.tokens, "fingerprint": self.cfg.fingerprint(),
                  "data": self.stream.state()}
         save_checkpoint(self.run / CHECKPOINT, self.lm, self.opt, self.accum, state)
 
@@ -277,8 +279,8 @@ class Trainer:
         cfg = self.cfg
         loggers = open_loggers(cfg.model_dump(mode="json"), self.run.path)
         bar = tqdm(total=cfg.steps, initial=self.step, desc=self.run.path.name, disable=self.quiet, dynamic_ncols=True)
-        t_start, tokens_start = time.perf_counter(), self.tokens
-        wall_start = self.wall_s
+        t_start, cpu_t_start, tokens_start = time.perf_counter(), time.process_time(), self.tokens
+        wall_start, cpu_start = self.wall_s, self.cpu_s
         try:
             with stop_on_signals(), open(check_inside(self.run / METRICS, self.run.path), "a") as metrics:
                 if self.step == 0:
@@ -291,6 +293,7 @@ class Trainer:
                     self.tokens += int(batch.lengths.sum())
                     self.train_step(batch.to(self.device))
                     self.wall_s = wall_start + time.perf_counter() - t_start
+                    self.cpu_s = None if cpu_start is None else cpu_start + time.process_time() - cpu_t_start
                     bar.update(1)
                     self.snapshot()
                     if self.due(cfg.log_every) or self.due(cfg.eval.every):
@@ -326,6 +329,7 @@ class Trainer:
             "train_acc": last["acc"],
             "tokens": self.tokens,
             "wall_time_s": self.wall_s,
+            "cpu_time_s": self.cpu_s,  # core-seconds: what the run cost on a shared machine, where wall time overstates it
             "steps_per_s": self.step / max(self.wall_s, 1e-9),
             "tokens_per_s": self.tokens / max(self.wall_s, 1e-9),
             "n_params": self.lm.num_params(),
