@@ -220,21 +220,28 @@ def test_tail_cells_are_patched_exactly(ar_task, mixer):
     torch.testing.assert_close(est["logit_patched"], exact["logit_patched"], atol=1e-4, rtol=1e-4)
 
 
-def test_attention_closed_form_equals_one_attention_per_position():
+@pytest.mark.parametrize("read", ["every row", "last rows"])
+def test_attention_closed_form_equals_one_attention_per_position(read):
     """`attention_every` (every position patched alone, closed form) equals recomputing the attention per
-    position, with two heads and saturated rows (logits of ~±40), and is exactly 0 where nothing moves."""
+    position, with two heads and saturated rows (logits of ~±40), with the gradient on every row or on the
+    last rows only (as in the last layer), and is exactly 0 where nothing moves."""
     torch.manual_seed(0)
     mixer = Attention(16, 0, AttentionOptions(n_heads=2), 0, 32).double()
     with torch.no_grad():
         mixer.qkv.weight.mul_(6)
     B, T = 3, 9
-    u, u_new, g = torch.randn(B, T, 16).double(), torch.randn(B, T, 16).double(), torch.randn(B, T, 16).double()
+    u, u_new, g = torch.randn(B, T, 16).double(), torch.randn(B, T, 16).double(), torch.randn(2, B, T, 16).double()
+    if read == "last rows":
+        g[:, :, :6] = 0
     u_new[:, 4] = u[:, 4]
-    fast = attention_every(mixer, u, [g])(u_new)[0]
-    slow = attention_changes(mixer, u, [torch.full((B, 1), t) for t in range(T)], [u_new[:, t : t + 1] for t in range(T)], [g])[0]
+    fast = attention_every(mixer, u, g)(u_new)  # [M, B, T]
+    slow = attention_changes(mixer, u, [torch.full((B, 1), t) for t in range(T)], [u_new[:, t : t + 1] for t in range(T)], g)
     assert slow.abs().max() > 1
-    torch.testing.assert_close(fast, slow.T, atol=1e-8, rtol=1e-8)
-    assert (fast[:, 4] == 0).all()
+    torch.testing.assert_close(fast, slow.permute(1, 2, 0), atol=1e-8, rtol=1e-8)
+    assert (fast[:, :, 4] == 0).all()
+    with torch.no_grad():  # the q, k, v given (the runs' own) instead of projected
+        given = attention_every(mixer, u, g, mixer.qkv(u))(u_new, mixer.qkv(u_new))
+    torch.testing.assert_close(given, fast, atol=0, rtol=0)
 
 
 def test_the_docs_agreement_row_for_committed_attention_is_the_benchmarks(monkeypatch):

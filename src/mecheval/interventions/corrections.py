@@ -27,9 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from mecheval.interventions.engine import TOKEN_BUDGET, Cell, _applied, _from_finish, _in_tail, answer_scores
-from mecheval.models.lm import LM, Block
+from mecheval.models.lm import LM
 from mecheval.models.mixers.attention import Attention
-from mecheval.models.sites import attach
 
 CORRECTIONS = ("answer", "attention", "tail")
 
@@ -56,64 +55,105 @@ def answer_margins(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
 
 def attention_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
     """(layer, how) of the attention whose queries and keys a cell moves directly at its own positions, or
-    None. how: "mixer_in" (that layer's `mixer_in`), "resid_pre" (its `resid_pre`), "finish" (a site of the
-    position-wise part of the layer before, `Block.FINISH_SITES`) or "core" (`core_out` of an attention
-    layer before it, which reaches the residual through the linear output projection only)."""
+    None. how names the patched run's input to that layer (`attention_inputs`), the same for cells that
+    give the same input: "mixer_in" (that layer's `mixer_in`: the residual keeps its value), "resid_pre" (its
+    `resid_pre`, or the block before's `resid_post` or `resid_mid`: the block before is position-wise after
+    resid_mid, so the input is the source run's), "mixer_out" (the block before's `mixer_out`, or its
+    `core_out` if that block is attention too: the output projection is linear and position-wise) or
+    "mlp_out" (the block before's `mlp_out`: added to the residual)."""
     layer, kind = cell.layer, cell.kind
-    how = {"mixer_in": "mixer_in", "resid_pre": "resid_pre", "core_out": "core", **dict.fromkeys(Block.FINISH_SITES, "finish"),
-           "resid_post": "resid_post"}.get(kind)
-    if how in ("finish", "core", "resid_post"):
-        layer += 1
+    how = {"mixer_in": "mixer_in", "resid_pre": "resid_pre"}.get(kind)
+    if how is None:
+        layer += 1  # a site of the block before the attention
+        how = {"resid_post": "resid_pre", "resid_mid": "resid_pre", "mixer_out": "mixer_out", "mlp_out": "mlp_out",
+               "core_out": "mixer_out"}.get(kind)
     if how is None or layer >= len(lm.layers) or type(lm.layers[layer].mixer) is not Attention:
         return None
-    if how == "core" and type(lm.layers[layer - 1].mixer) is not Attention:
+    if kind == "core_out" and type(lm.layers[layer - 1].mixer) is not Attention:
         return None
-    return layer, "resid_pre" if how == "resid_post" else how  # the block before's output is this one's input
-
-
-def attention_layer(site: str, how: str) -> int:
-    """The attention layer a cell at `site` feeds (`attention_target` gave `how`)."""
-    cell = Cell(site, "")
-    return cell.layer + (how in ("finish", "core") or cell.kind == "resid_post")
+    return layer, how
 
 
 def attention_sites(layer: int, how: str) -> list[str]:
-    """The sites whose values `attention_inputs` reads for a cell `attention_target` gave (layer, how)."""
-    names = [f"layers.{layer}.{k}" for k in ("resid_pre", "mixer_in", "resid_mid", "core_out")]
-    return names + [f"layers.{layer - 1}.{k}" for k in ("resid_pre", "mixer_out")] * (how in ("finish", "core"))
+    """The sites whose values `attention_inputs` (and the correction) read for (layer, how) of `attention_target`."""
+    before = {"mixer_out": ("resid_pre", "mixer_out"), "mlp_out": ("resid_mid", "mlp_out")}.get(how, ())
+    return [f"layers.{layer}.{k}" for k in ("resid_pre", "mixer_in", "resid_mid", "core_out")] + [
+        f"layers.{layer - 1}.{k}" for k in before]
 
 
 def attention_inputs(
-    lm: LM, site: str, how: str, pos: torch.Tensor | None, base, source
+    lm: LM, layer: int, how: str, pos: torch.Tensor | None, base, source
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The patched run's values at the positions pos [B, K] (None: every position, each patched alone) of
-    the attention layer's input (`resid_pre`; None for a `mixer_in` cell, which bypasses the residual) and
-    of its `mixer_in`: [B, K or T, D] each, exact (the block before runs position-wise there), for a cell
-    at `site` that `attention_target` gave `how`. base, source: site name -> [B, T, D] (`attention_sites`)."""
-    layer = attention_layer(site, how)
+    attention layer `layer`'s input (`resid_pre`; None for "mixer_in", which bypasses the residual) and of
+    its `mixer_in`: [B, K or T, D] each, exact (the block before runs position-wise there), for a cell that
+    `attention_target` gave (layer, how). base, source: site name -> [B, T, D] (`attention_sites`)."""
 
-    def at(x: torch.Tensor) -> torch.Tensor:
+    def at(name: str, acts) -> torch.Tensor:
+        x = acts[f"layers.{name}"]
         return x if pos is None else x[torch.arange(pos.shape[0], device=pos.device)[:, None], pos]
 
     if how == "mixer_in":
-        return None, at(source[site])
+        return None, at(f"{layer}.mixer_in", source)
     if how == "resid_pre":
-        x = at(source[site])
+        return at(f"{layer}.resid_pre", source), at(f"{layer}.mixer_in", source)
+    if how == "mlp_out":
+        x = at(f"{layer - 1}.resid_mid", base) + at(f"{layer - 1}.mlp_out", source)
     else:
-        before = lm.layers[layer - 1]
-        x, m = (at(base[f"layers.{layer - 1}.{k}"]) for k in ("resid_pre", "mixer_out"))
-        if how == "core":
-            x = before.finish(x, before.mixer.out(at(source[site])))
-        else:
-            with attach(lm.sites(), {site: lambda _, v=at(source[site]): v}):
-                x = before.finish(x, m)
+        x = lm.layers[layer - 1].finish(at(f"{layer - 1}.resid_pre", base), at(f"{layer - 1}.mixer_out", source))
     return x, lm.layers[layer].norm1(x)
 
 
-def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: Sequence[torch.Tensor]):
-    """A function u_new [B, T, D] -> one [B, T] per g [B, T, D] in `g_core`: for every position t at once,
-    Σ_s (core'_s − core_s) · g_s where core' is the attention with its input (`mixer_in`) at t alone set to
-    u_new[:, t], in closed form (the base run's parts computed once, here).
+def projections(lm: LM, layers: Sequence[int]) -> dict[str, torch.nn.Module]:
+    """The q, k, v projections (`Attention.qkv`) of attention layers `layers`, by name `layers.{i}.qkv`: recorded
+    beside the sites in both runs, so that the correction reuses their q, k, v ([B, T, 3D]) instead of
+    projecting again."""
+    return {f"layers.{i}.qkv": lm.layers[i].mixer.qkv for i in layers}
+
+
+def attention_estimates(
+    lm: LM, layer: int, hows: Sequence[str], positions: Sequence[torch.Tensor], base, source, grad
+) -> torch.Tensor:
+    """The corrected first-order changes [C, M, B] of the cells feeding attention layer `layer`: cell c is
+    (hows[c] of `attention_target`, its positions positions[c] [B, K]). base, source: name -> [B, T, ...]
+    (`attention_sites`, `projections`); grad: name -> the metrics' gradients [M, B, T, D].
+
+    Cells of one position per example read one closed form per distinct input to the layer
+    (`attention_every`: `resid_pre` and `mixer_in` cells share the source run's q, k, v); cells of several
+    positions run the layer's attention once each (`attention_changes`). The residual path adds
+    (x'_P − x_P) · ∂m/∂resid_mid_P."""
+    mixer, name = lm.layers[layer].mixer, f"layers.{layer}"
+    u_base, x_base, g_mid = base[f"{name}.mixer_in"], base[f"{name}.resid_pre"], grad[f"{name}.resid_mid"]
+    rows = torch.arange(u_base.shape[0], device=u_base.device)[:, None]
+    out = g_mid.new_empty(len(hows), *g_mid.shape[:2])  # [C, M, B]
+    closed_form = attention_every(mixer, u_base, grad[f"{name}.core_out"], base[f"{name}.qkv"])
+    moved: dict[str, torch.Tensor] = {}  # the attention's part [M, B, T], per distinct input to the layer
+    multi = [c for c, pos in enumerate(positions) if pos.shape[1] > 1]
+    single = [c for c, pos in enumerate(positions) if pos.shape[1] == 1]
+    for how in dict.fromkeys(hows[c] for c in single):  # every position patched alone, then each cell's
+        x, u = attention_inputs(lm, layer, how, None, base, source)
+        shared = "source" if how in ("resid_pre", "mixer_in") else how
+        if shared not in moved:
+            moved[shared] = closed_form(u, source[f"{name}.qkv"] if shared == "source" else None)
+        every = moved[shared] if x is None else moved[shared] + ((x - x_base) * g_mid).sum(-1)  # [M, B, T]
+        group = [c for c in single if hows[c] == how]
+        at = torch.cat([positions[c] for c in group], 1)  # [B, cells]
+        out[group] = every.gather(-1, at.expand(len(every), -1, -1)).permute(2, 0, 1)
+    if multi:
+        pos = [positions[c] for c in multi]
+        inputs = [attention_inputs(lm, layer, hows[c], p, base, source) for c, p in zip(multi, pos)]
+        out[multi] = attention_changes(mixer, u_base, pos, [u for _, u in inputs], grad[f"{name}.core_out"])
+        for c, p, (x, _) in zip(multi, pos, inputs):
+            if x is not None:  # the residual path: the input's change at the cell's positions, read at resid_mid
+                out[c] += ((x - x_base[rows, p]) * g_mid[:, rows, p]).sum((-1, -2))
+    return out
+
+
+def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor, qkv_base: torch.Tensor | None = None):
+    """A function (u_new [B, T, D], its q, k, v [B, T, 3D] or None: projected here) -> [M, B, T]: for every
+    position t at once and every gradient g [B, T, D] in `g_core` [M, B, T, D], Σ_s (core'_s − core_s) · g_s
+    where core' is the attention with its input (`mixer_in`) at t alone set to u_new[:, t], in closed form
+    (the base run's parts computed once, here; qkv_base: the base run's q, k, v, or None).
 
     With logits l = q·k/√d_h, the row of a later query s changes in column t only (k_t, v_t move):
         core'_s · g_s = (Σ_{j≠t} e^{l_sj} v_j·g_s + e^{l'_st} v'_t·g_s) / (Σ_{j≠t} e^{l_sj} + e^{l'_st}),
@@ -121,9 +161,16 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: Sequence[tor
     is recomputed with q'_t against the keys before it and k'_t: O(S T d) per head for all t, S the rows
     where some g is non-zero (in the last layer, the answer positions)."""
     B, T, D = u_base.shape
-    rows = torch.stack(list(g_core)).ne(0).any(0).any(0).any(-1).nonzero()[:, 0]  # [S]: the rows that matter
-    q, k, v = (mixer._heads(z) for z in mixer.qkv(u_base).split(D, dim=-1))  # [B, H, T, d_h]
-    q = q[:, :, rows]
+    rows = g_core.abs().amax((0, 1, 3)).nonzero()[:, 0]  # [S]: the rows that matter
+
+    def at_rows(z: torch.Tensor) -> torch.Tensor:  # [..., T, d] -> [..., S, d]
+        return z if len(rows) == T else z[..., rows, :]
+
+    def heads(qkv: torch.Tensor) -> list[torch.Tensor]:  # [B, T, 3D] -> q, k, v [B, H, T, d_h]
+        return [mixer._heads(z) for z in qkv.split(D, dim=-1)]
+
+    q, k, v = heads(mixer.qkv(u_base) if qkv_base is None else qkv_base)
+    q = at_rows(q)
     scale = q.shape[-1] ** -0.5
     cols = torch.arange(T, device=u_base.device)
     causal, later = cols <= rows[:, None], cols < rows[:, None]  # [S, T]
@@ -133,28 +180,24 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: Sequence[tor
     e = (logits - shift).exp()
     rest = _without_each(e)  # [B, H, S, t]: Σ_{j≠t} e_sj (relative to the row's max)
     core = e @ v / e.sum(-1, keepdim=True)  # [B, H, S, d_h]
-    g_heads = [mixer._heads(g)[:, :, rows] for g in g_core]  # [B, H, S, d_h] each
-    base = [(_without_each(e * (g @ v.transpose(-1, -2))), (core * g).sum(-1, keepdim=True)) for g in g_heads]
+    g = at_rows(mixer._heads(g_core.flatten(0, 1)).unflatten(0, g_core.shape[:2]))  # [M, B, H, S, d_h]
+    rest_vg, core_g = _without_each(e * (g @ v.transpose(-1, -2))), (core * g).sum(-1, keepdim=True)
 
-    def every(u_new: torch.Tensor) -> list[torch.Tensor]:
-        q1, k1, v1 = (mixer._heads(z) for z in mixer.qkv(u_new).split(D, dim=-1))
+    def every(u_new: torch.Tensor, qkv_new: torch.Tensor | None = None) -> torch.Tensor:
+        q1, k1, v1 = heads(mixer.qkv(u_new) if qkv_new is None else qkv_new)
         moved = (q @ k1.transpose(-1, -2) * scale - shift).masked_fill(~later, float("-inf"))  # l'_st − max_j l_sj
         over = moved.clamp_min(0)  # divide both sums by e^over: no overflow where the moved key wins the row
         e1, damp = (moved - over).exp(), (-over).exp()
-        q1, k1_own, v1_own = q1[:, :, rows], k1[:, :, rows], v1[:, :, rows]
+        q1, k1_own, v1_own = at_rows(q1), at_rows(k1), at_rows(v1)
         own = (q1 @ k.transpose(-1, -2) * scale).masked_fill(own_col, 0)
         own = own + own_col * ((q1 * k1_own).sum(-1, keepdim=True) * scale)  # row s: q'_s against k_j (j < s), k'_s
         w = own.masked_fill(~causal, float("-inf")).softmax(-1)
         core_own = w.masked_fill(own_col, 0) @ v + (w * own_col).sum(-1, keepdim=True) * v1_own  # [B, H, S, d_h]
         denom = (rest * damp + e1).clamp_min(torch.finfo(e.dtype).tiny)
-        same = (u_new == u_base).all(-1)  # [B, T]: nothing moves
-        out = []
-        for g, (rest_vg, cg) in zip(g_heads, base):
-            later_rows = (rest_vg * damp + e1 * (g @ v1.transpose(-1, -2))) / denom - cg  # [B, H, S, t]
-            change = later_rows.masked_fill(~later, 0).sum(-2)  # [B, H, T]
-            change = change.index_add(-1, rows, ((core_own - core) * g).sum(-1))
-            out.append(change.sum(1).masked_fill(same, 0))
-        return out
+        later_rows = (rest_vg * damp + e1 * (g @ v1.transpose(-1, -2))) / denom - core_g  # [M, B, H, S, t]
+        change = later_rows.masked_fill(~later, 0).sum(-2)  # [M, B, H, T]
+        change = change.index_add(-1, rows, ((core_own - core) * g).sum(-1))
+        return change.sum(2).masked_fill((u_new == u_base).all(-1), 0)  # nothing moves where the input is the same
 
     return every
 
@@ -168,9 +211,10 @@ def _without_each(x: torch.Tensor) -> torch.Tensor:
 
 def attention_changes(
     mixer: Attention, u_base: torch.Tensor, positions: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
-    g_core: Sequence[torch.Tensor],
-) -> list[torch.Tensor]:
-    """Σ_t (core'_t − core_t) · g_t for each cell and each gradient g [B, T, D] in `g_core`: [C, B] each.
+    g_core: torch.Tensor,
+) -> torch.Tensor:
+    """Σ_t (core'_t − core_t) · g_t for each cell and each gradient g [B, T, D] in `g_core` [M, B, T, D]:
+    [C, M, B].
 
     u_base: the attention's input (site `mixer_in`) [B, T, D]; core' is the attention with the input at the
     cell's positions positions[c] [B, K] set to values[c] [B, K, D]: one attention per cell, for cells of
@@ -180,16 +224,15 @@ def attention_changes(
     qkv_base = mixer.qkv(u_base)  # [B, T, 3D]
     core_base = mixer.core(qkv_base)
     step = max(1, TOKEN_BUDGET // (B * T))
-    out: list[list[torch.Tensor]] = [[] for _ in g_core]
+    out = []
     for lo in range(0, len(positions), step):
         part = list(zip(positions[lo : lo + step], values[lo : lo + step]))
         qkv = qkv_base.repeat(len(part), 1, 1).view(-1, B, T, 3 * D)
         for i, (pos, v) in enumerate(part):
             qkv[i, rows, pos] = mixer.qkv(v)
-        change = mixer.core(qkv.flatten(0, 1)).view(-1, B, T, D) - core_base
-        for o, g in zip(out, g_core):
-            o.append((change * g).sum((-1, -2)))
-    return [torch.cat(o) for o in out]
+        change = mixer.core(qkv.flatten(0, 1)).view(-1, 1, B, T, D) - core_base  # [c, 1, B, T, D]
+        out.append((change * g_core).sum((-1, -2)))  # [c, M, B]
+    return torch.cat(out)
 
 
 def in_tail(lm: LM, cell: Cell) -> bool:

@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from mecheval.interventions.corrections import (
-    answer_margins, attention_changes, attention_every, attention_inputs, attention_sites, attention_target, in_tail,
-    parse_correction, tail_scores, tail_sites,
+    answer_margins, attention_estimates, attention_sites, attention_target, in_tail, parse_correction, projections,
+    tail_scores, tail_sites,
 )
 from mecheval.interventions.engine import Cell, _as_2d, _run, answer_scores, one_position
 from mecheval.models.lm import LM
@@ -55,9 +55,6 @@ def gradient_cells(
     plain first-order estimates. `chunk` is accepted and unused (the attention correction sizes its own)."""
     del chunk
     fixes = parse_correction(correction)
-    B = base.shape[0]
-    flat = torch.arange(B, device=base.device)
-    rows = flat[:, None]
     answer, answer_pos = _as_2d(answer), _as_2d(answer_pos)
     where = {k: _as_2d(v) for k, v in where.items()}
     sites = lm.sites()
@@ -68,11 +65,14 @@ def gradient_cells(
     inner |= set(tail_sites(lm)) if tail else set()
     names = sorted({c.site for c in cells} | inner)
     states = {n: list(dict.fromkeys(c.position for c in cells if c.site == n)) for n in names if isinstance(sites[n], StateSite)}
-    at = {(n, k): one_position(Cell(n, k), where) for n, keys in states.items() for k in keys}  # [B] each
-    with torch.no_grad(), record(sites, names) as src:
+    for n, keys in states.items():  # a state is patched at one position per example: ValueError else
+        for k in keys:
+            one_position(Cell(n, k), where)
+    watched = projections(lm, layers)  # the attention layers' q, k, v, recorded beside the sites
+    with torch.no_grad(), record({**sites, **watched}, [*names, *watched]) as src:
         p_source, logit_source = answer_scores(_run(lm, source, answer_pos, narrow=False), answer)
         src = dict(src)
-    with torch.enable_grad(), record(sites, names) as acts:
+    with torch.enable_grad(), record({**sites, **watched}, [*names, *watched]) as acts:
         logits = _run(lm, base, answer_pos, narrow=False)
         p_base, logit_base = answer_scores(logits, answer)
         margins = answer_margins(logits, answer)  # [B, Q]
@@ -83,46 +83,26 @@ def gradient_cells(
         metrics.append(logit_base.sum())
         grads = [torch.autograd.grad(m, inputs, retain_graph=True, allow_unused=True) for m in metrics]
     grads = [[torch.zeros_like(x) if g[i] is None else g[i] for g in grads] for i, x in enumerate(inputs)]  # per site
-    # per site, the first-order change of each metric from patching each position alone: [B, T] (the state
-    # after each position, for a state site; a cell of K positions adds its K entries)
-    changes: dict[str, list[torch.Tensor]] = {}
+    # per cell site, the first-order change of each metric from patching each position alone: [M, B, T] (the
+    # state after each position, for a state site; a cell of K positions adds its K entries)
+    changes: dict[str, torch.Tensor] = {}
+    cell_sites = {c.site for c in cells}
     with torch.no_grad():
         for n, x, g in zip(names, inputs, grads):
             if n in states:
-                changes[n] = acts[n].detached().first_order_every(src[n], g)
-            else:
+                changes[n] = torch.stack(acts[n].detached().first_order_every(src[n], g))
+            elif n in cell_sites:
                 diff = src[n] - acts[n].detach()  # [B, T, D_site]
-                changes[n] = [(diff * gm).flatten(2).sum(-1) for gm in g]  # [B, T]: a site may carry [B, T, ...]
-        plain = torch.stack([  # [C, M, B]
-            torch.stack([ch[flat, at[c.site, c.position]] for ch in changes[c.site]]) if c.site in states
-            else torch.stack([ch[rows, where[c.position]].sum(1) for ch in changes[c.site]])
-            for c in cells
-        ])
+                changes[n] = torch.stack([(diff * gm).flatten(2).sum(-1) for gm in g])  # a site may carry [B, T, ...]
+        plain = _per_cell(changes, cells, where)  # [C, M, B]
         fixed = plain.clone()
-        grad_of = dict(zip(names, grads))
-        base_acts = {n: acts[n].detach() for n in inner}
+        read = {f"layers.{i}.{k}" for i in layers for k in ("resid_mid", "core_out")}  # the gradients the correction reads
+        grad_of = {n: torch.stack(g) for n, g in zip(names, grads) if n in read}  # [M, B, T, D] each
+        base_acts = {n: acts[n].detach() for n in inner | set(watched)}
         for layer in layers:
             idx = [i for i, c in enumerate(cells) if targets[c] is not None and targets[c][0] == layer]
-            mixer, g_core = lm.layers[layer].mixer, grad_of[f"layers.{layer}.core_out"]
-            u_base, x_base = (base_acts[f"layers.{layer}.{k}"] for k in ("mixer_in", "resid_pre"))
-            g_mid = torch.stack(grad_of[f"layers.{layer}.resid_mid"])  # [M, B, T, D]
-            every, closed_form = {}, attention_every(mixer, u_base, g_core)  # (site, how) -> [M, B, T]: each position alone
-            for i in idx:
-                pos, key = where[cells[i].position], (cells[i].site, targets[cells[i]][1])
-                if pos.shape[1] == 1 and key not in every:
-                    x, u = attention_inputs(lm, *key, None, base_acts, src)
-                    change = torch.stack(closed_form(u))
-                    every[key] = change + ((x - x_base) * g_mid).sum(-1) if x is not None else change
-                if pos.shape[1] == 1:
-                    fixed[i] = every[key][:, rows, pos].sum(-1)
-            multi = [i for i in idx if where[cells[i].position].shape[1] > 1]  # several positions: one attention each
-            pos = [where[cells[i].position] for i in multi]
-            inputs = [attention_inputs(lm, cells[i].site, targets[cells[i]][1], p, base_acts, src) for i, p in zip(multi, pos)]
-            if multi:
-                fixed[multi] = torch.stack(attention_changes(mixer, u_base, pos, [u for _, u in inputs], g_core), 1)
-            for i, p, (x, _) in zip(multi, pos, inputs):
-                if x is not None:  # the residual path: the input's change at the cell's positions, read at resid_mid
-                    fixed[i] += ((x - x_base[rows, p]) * g_mid[:, rows, p]).sum((-1, -2))
+            fixed[idx] = attention_estimates(lm, layer, [targets[cells[i]][1] for i in idx],
+                                             [where[cells[i].position] for i in idx], base_acts, src, grad_of)
         p_base, logit_base = p_base.detach(), logit_base.detach()
         if "answer" in fixes:
             mu, slope = margins.detach(), margins.detach().sigmoid() * (-margins.detach()).sigmoid()  # [B, Q]: σ'(μ)
@@ -139,3 +119,12 @@ def gradient_cells(
         p_patched=p_patched.cpu(), logit_patched=logit_patched.cpu(),
         p_linear=p_linear.cpu(), logit_linear=(logit_base + plain[:, -1]).cpu(),
     )
+
+
+def _per_cell(changes: Mapping[str, torch.Tensor], cells: Sequence[Cell], where: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Each cell's change [C, M, B]: its site's changes [M, B, T] summed over its positions where[position] [B, K]."""
+    sites = {n: i for i, n in enumerate(dict.fromkeys(c.site for c in cells))}
+    keys = {k: i for i, k in enumerate(dict.fromkeys(c.position for c in cells))}
+    every = torch.stack([changes[n] for n in sites])  # [N, M, B, T]
+    by_key = torch.stack([every.gather(-1, where[k].expand(*every.shape[:2], -1, -1)).sum(-1) for k in keys])  # [P, N, M, B]
+    return by_key[[keys[c.position] for c in cells], [sites[c.site] for c in cells]]
