@@ -19,6 +19,7 @@ from mecheval.interventions.patching import verification
 from mecheval.models.mixers import MIXERS
 from mecheval.models.mixers.attention import Attention, AttentionOptions
 from mecheval.models.sites import attach, record
+from mecheval.tasks import make_task
 
 from .handbuilt import induction_lm
 from .test_engine import random_lm
@@ -220,6 +221,22 @@ def test_tail_cells_are_patched_exactly(ar_task, mixer):
     torch.testing.assert_close(est["logit_patched"], exact["logit_patched"], atol=1e-4, rtol=1e-4)
 
 
+def test_tail_cells_are_patched_exactly_with_several_answers():
+    """MQAR (4 answers per example): a cell at one position meets at most one answer position, a role's cell
+    several; the `tail` correction still gives exact patching's scores."""
+    task = make_task("mqar", n_pairs=4, vocab_size=64, seq_len=32)
+    lm = random_lm(task.vocab_size, n_layers=2)
+    batch = task.sample(8, seed=3)
+    corrupted = task.corrupt(batch, "key", 3).tokens
+    where = {**batch.roles, **{str(t): torch.full((8, 1), t) for t in range(0, 32, 3)}}
+    cells = [Cell(f"layers.1.{s}", p) for s in ("mlp_out", "resid_post") for p in where]
+    args = (lm, corrupted, batch.tokens, cells, where, batch.answer, batch.answer_pos)
+    exact, est = patch_cells(*args), gradient_cells(*args, correction="tail")
+    assert (exact["p_patched"] - exact["p_base"]).abs().max() > 1e-3
+    torch.testing.assert_close(est["p_patched"], exact["p_patched"], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(est["logit_patched"], exact["logit_patched"], atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("read", ["every row", "last rows"])
 def test_attention_closed_form_equals_one_attention_per_position(read):
     """`attention_every` (every position patched alone, closed form) equals recomputing the attention per
@@ -241,7 +258,7 @@ def test_attention_closed_form_equals_one_attention_per_position(read):
     assert (fast[:, :, 4] == 0).all()
     with torch.no_grad():  # the q, k, v given (the runs' own) instead of projected
         given = attention_every(mixer, u, g, mixer.qkv(u))(u_new, mixer.qkv(u_new))
-    torch.testing.assert_close(given, fast, atol=0, rtol=0)
+    torch.testing.assert_close(given, fast, atol=1e-10, rtol=1e-10)
 
 
 def test_the_docs_agreement_row_for_committed_attention_is_the_benchmarks(monkeypatch):

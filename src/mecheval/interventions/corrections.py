@@ -11,12 +11,13 @@ attention  the attention pattern. For a cell that moves an attention layer's que
            run's input x'_P to that layer is computed exactly (the block before runs position-wise at P),
            that layer's attention is recomputed exactly with the q, k, v of x'_P, and the rest is linear:
            Δ ≈ (x'_P − x_P) · ∂m/∂resid_mid_P (the residual path) + Σ_t Δcore_t · ∂m/∂core_out_t. For
-           one position per example, in closed form for every position at once (`attention_every`:
-           O(T² d) per site, like one attention pass); for several, one attention per cell.
+           one position per example, in closed form for every position at once (`attention_every`: O(S T d),
+           S the rows the metric reads, once per distinct input to the layer, with both runs' q, k, v
+           recorded in their forward passes); for several, one attention per cell.
 tail       the last block's position-wise part (`mixer_out` … `resid_post` of the last layer): its cells
            change the answer only where they sit at an answer position, through the MLP, the final norm and
-           the head, all position-wise, so they are patched exactly there (`engine`'s narrow tail pass:
-           one position-wise pass per cell at the answer positions, no extra forward pass).
+           the head, all position-wise, so they are patched exactly there: one position-wise pass per site
+           at the answer positions (`tail_scores`), no extra forward pass.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from mecheval.interventions.engine import TOKEN_BUDGET, Cell, _applied, _from_finish, _in_tail, answer_scores
+from mecheval.interventions.engine import TOKEN_BUDGET, Cell, _applied, _in_tail
 from mecheval.models.lm import LM
 from mecheval.models.mixers.attention import Attention
+from mecheval.models.sites import attach
 
 CORRECTIONS = ("answer", "attention", "tail")
 
@@ -153,7 +155,9 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor
     """A function (u_new [B, T, D], its q, k, v [B, T, 3D] or None: projected here) -> [M, B, T]: for every
     position t at once and every gradient g [B, T, D] in `g_core` [M, B, T, D], Σ_s (core'_s − core_s) · g_s
     where core' is the attention with its input (`mixer_in`) at t alone set to u_new[:, t], in closed form
-    (the base run's parts computed once, here; qkv_base: the base run's q, k, v, or None).
+    (the base run's parts computed once, here; qkv_base: the base run's q, k, v, or None). Where g is zero
+    on most rows (the last layer), u_new is projected at the rows S only and the moved keys and values
+    are read as u'_t · W_k^T q_s and u'_t · W_v^T g_s (qkv_new is not needed there).
 
     With logits l = q·k/√d_h, the row of a later query s changes in column t only (k_t, v_t move):
         core'_s · g_s = (Σ_{j≠t} e^{l_sj} v_j·g_s + e^{l'_st} v'_t·g_s) / (Σ_{j≠t} e^{l_sj} + e^{l'_st}),
@@ -162,15 +166,16 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor
     where some g is non-zero (in the last layer, the answer positions)."""
     B, T, D = u_base.shape
     rows = g_core.abs().amax((0, 1, 3)).nonzero()[:, 0]  # [S]: the rows that matter
+    few = len(rows) < T  # e.g. the last layer: a moved key or value is read through W_k, W_v (no projection of every position)
 
-    def at_rows(z: torch.Tensor) -> torch.Tensor:  # [..., T, d] -> [..., S, d]
-        return z if len(rows) == T else z[..., rows, :]
+    def pick(z: torch.Tensor, dim: int) -> torch.Tensor:  # the rows that matter along `dim`
+        return z.index_select(dim, rows) if few else z
 
     def heads(qkv: torch.Tensor) -> list[torch.Tensor]:  # [B, T, 3D] -> q, k, v [B, H, T, d_h]
         return [mixer._heads(z) for z in qkv.split(D, dim=-1)]
 
     q, k, v = heads(mixer.qkv(u_base) if qkv_base is None else qkv_base)
-    q = at_rows(q)
+    q = pick(q, 2)
     scale = q.shape[-1] ** -0.5
     cols = torch.arange(T, device=u_base.device)
     causal, later = cols <= rows[:, None], cols < rows[:, None]  # [S, T]
@@ -180,21 +185,30 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor
     e = (logits - shift).exp()
     rest = _without_each(e)  # [B, H, S, t]: Σ_{j≠t} e_sj (relative to the row's max)
     core = e @ v / e.sum(-1, keepdim=True)  # [B, H, S, d_h]
-    g = at_rows(mixer._heads(g_core.flatten(0, 1)).unflatten(0, g_core.shape[:2]))  # [M, B, H, S, d_h]
+    g = mixer._heads(pick(g_core, 2).flatten(0, 1)).unflatten(0, g_core.shape[:2])  # [M, B, H, S, d_h]
     rest_vg, core_g = _without_each(e * (g @ v.transpose(-1, -2))), (core * g).sum(-1, keepdim=True)
+    if few:  # q_s · k'_t = (W_k^T q_s) · u'_t and g_s · v'_t = (W_v^T g_s) · u'_t, per head (qkv has no bias)
+        w_k, w_v = (mixer.qkv.weight[i * D : (i + 1) * D].view(mixer.n_heads, -1, D) for i in (1, 2))  # [H, d_h, D]
+        q_k, g_v = q @ w_k, g @ w_v  # [B, H, S, D], [M, B, H, S, D]
 
     def every(u_new: torch.Tensor, qkv_new: torch.Tensor | None = None) -> torch.Tensor:
-        q1, k1, v1 = heads(mixer.qkv(u_new) if qkv_new is None else qkv_new)
-        moved = (q @ k1.transpose(-1, -2) * scale - shift).masked_fill(~later, float("-inf"))  # l'_st − max_j l_sj
+        if few:  # project the rows only (every input the same way: equal inputs give equal changes)
+            q1, k1_own, v1_own = heads(mixer.qkv(u_new.index_select(1, rows)))  # [B, H, S, d_h]
+            u_t = u_new.transpose(1, 2)[:, None]  # [B, 1, D, T]
+            qk1, gv1 = q_k @ u_t, g_v @ u_t  # [B, H, S, T], [M, B, H, S, T]
+        else:
+            q1, k1, v1 = heads(mixer.qkv(u_new) if qkv_new is None else qkv_new)
+            qk1, gv1 = q @ k1.transpose(-1, -2), g @ v1.transpose(-1, -2)
+            q1, k1_own, v1_own = pick(q1, 2), pick(k1, 2), pick(v1, 2)
+        moved = (qk1 * scale - shift).masked_fill(~later, float("-inf"))  # l'_st − max_j l_sj
         over = moved.clamp_min(0)  # divide both sums by e^over: no overflow where the moved key wins the row
         e1, damp = (moved - over).exp(), (-over).exp()
-        q1, k1_own, v1_own = at_rows(q1), at_rows(k1), at_rows(v1)
         own = (q1 @ k.transpose(-1, -2) * scale).masked_fill(own_col, 0)
         own = own + own_col * ((q1 * k1_own).sum(-1, keepdim=True) * scale)  # row s: q'_s against k_j (j < s), k'_s
         w = own.masked_fill(~causal, float("-inf")).softmax(-1)
         core_own = w.masked_fill(own_col, 0) @ v + (w * own_col).sum(-1, keepdim=True) * v1_own  # [B, H, S, d_h]
         denom = (rest * damp + e1).clamp_min(torch.finfo(e.dtype).tiny)
-        later_rows = (rest_vg * damp + e1 * (g @ v1.transpose(-1, -2))) / denom - core_g  # [M, B, H, S, t]
+        later_rows = (rest_vg * damp + e1 * gv1) / denom - core_g  # [M, B, H, S, t]
         change = later_rows.masked_fill(~later, 0).sum(-2)  # [M, B, H, T]
         change = change.index_add(-1, rows, ((core_own - core) * g).sum(-1))
         return change.sum(2).masked_fill((u_new == u_base).all(-1), 0)  # nothing moves where the input is the same
@@ -247,17 +261,26 @@ def tail_sites(lm: LM) -> list[str]:
 
 
 def tail_scores(lm: LM, cells: Sequence[Cell], where, base, source, answer: torch.Tensor, answer_pos: torch.Tensor):
-    """Exact (p, logit) [C, B] of cells in the last block's position-wise part: that part, the final norm and
-    the head run at the answer positions [B, Q] only, with each cell's source values [B, K, D] where its
-    positions meet them; and where they do (bool [C, B]: elsewhere the patched run is the base run).
-    base, source: site name -> [B, T, D] (`tail_sites`, the cells' sites)."""
-    last = len(lm.layers) - 1
-    acts = {f"resid{last}": base[f"layers.{last}.resid_pre"], f"mixed{last}": base[f"layers.{last}.mixer_out"]}
-    hit = torch.stack([(where[c.position][:, :, None] == answer_pos[:, None, :]).flatten(1).any(1) for c in cells])  # [C, B]
-    ex = [h.nonzero()[:, 0] for h in hit]  # only the examples whose patch meets an answer position run
-    tiles = [(c, where[c.position][e], source[c.site][e[:, None], where[c.position][e]]) for c, e in zip(cells, ex)]
-    flat = torch.cat(ex)
-    p, logit = answer_scores(_from_finish(lm, last, acts, flat, tiles, answer_pos[flat]), answer[flat])
-    p_all, logit_all = p.new_zeros(hit.shape), logit.new_zeros(hit.shape)
-    p_all[hit], logit_all[hit] = p, logit
-    return p_all, logit_all, hit
+    """Exact (p, logit) [C, B] of cells in the last block's position-wise part, and where their positions meet
+    an answer position (bool [C, B]: elsewhere the patched run is the base run). That part, the final norm and
+    the head are position-wise, so an answer position's score moves only if that position is patched: they
+    run once per site at the answer positions [B, Q] with the source's values there, and each cell takes,
+    per answer position, that score or the base run's. base, source: site name -> [B, T, D] (`tail_sites`,
+    the cells' sites)."""
+    last = lm.layers[-1]
+    rows = torch.arange(answer_pos.shape[0], device=answer_pos.device)[:, None]
+    x, m = (base[f"layers.{len(lm.layers) - 1}.{k}"][rows, answer_pos] for k in ("resid_pre", "mixer_out"))  # [B, Q, D]
+
+    def scores(fns) -> torch.Tensor:  # (p, logit) at each answer position: [2, B, Q]
+        with attach(lm.sites(), fns):
+            logits = lm.unembed(last.finish(x, m)).float()
+        logit = logits.gather(-1, answer[..., None])[..., 0]
+        return torch.stack([(logit - logits.logsumexp(-1)).exp(), logit])
+
+    sites = {n: i for i, n in enumerate(dict.fromkeys(c.site for c in cells))}
+    keys = {k: i for i, k in enumerate(dict.fromkeys(c.position for c in cells))}
+    patched = torch.stack([scores({n: lambda _, v=source[n][rows, answer_pos]: v}) for n in sites])  # [N, 2, B, Q]
+    meets = torch.stack([(where[k][:, :, None] == answer_pos[:, None, :]).any(1) for k in keys])  # [P, B, Q]
+    hit = meets[[keys[c.position] for c in cells]]  # [C, B, Q]
+    out = torch.where(hit[:, None], patched[[sites[c.site] for c in cells]], scores({})).mean(-1)  # [C, 2, B]
+    return out[:, 0], out[:, 1], hit.any(-1)
