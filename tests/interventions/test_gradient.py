@@ -259,6 +259,9 @@ def test_attention_closed_form_equals_one_attention_per_position(read):
     with torch.no_grad():  # the q, k, v given (the runs' own) instead of projected
         given = attention_every(mixer, u, g, mixer.qkv(u))(u_new, mixer.qkv(u_new))
     torch.testing.assert_close(given, fast, atol=1e-10, rtol=1e-10)
+    stacked = attention_every(mixer, u, g)(torch.stack([u_new, u]))  # several inputs at once: [K, M, B, T]
+    torch.testing.assert_close(stacked[0], fast, atol=1e-10, rtol=1e-10)
+    assert (stacked[1] == 0).all()
 
 
 def test_the_docs_agreement_row_for_committed_attention_is_the_benchmarks(monkeypatch):

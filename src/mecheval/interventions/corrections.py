@@ -121,23 +121,26 @@ def attention_estimates(
     (`attention_sites`, `projections`); grad: name -> the metrics' gradients [M, B, T, D].
 
     Cells of one position per example read one closed form per distinct input to the layer
-    (`attention_every`: `resid_pre` and `mixer_in` cells share the source run's q, k, v); cells of several
+    (`attention_every`, all at once: `resid_pre` and `mixer_in` cells share the source run's); cells of several
     positions run the layer's attention once each (`attention_changes`). The residual path adds
     (x'_P − x_P) · ∂m/∂resid_mid_P."""
     mixer, name = lm.layers[layer].mixer, f"layers.{layer}"
     u_base, x_base, g_mid = base[f"{name}.mixer_in"], base[f"{name}.resid_pre"], grad[f"{name}.resid_mid"]
     rows = torch.arange(u_base.shape[0], device=u_base.device)[:, None]
     out = g_mid.new_empty(len(hows), *g_mid.shape[:2])  # [C, M, B]
-    closed_form = attention_every(mixer, u_base, grad[f"{name}.core_out"], base[f"{name}.qkv"])
-    moved: dict[str, torch.Tensor] = {}  # the attention's part [M, B, T], per distinct input to the layer
     multi = [c for c, pos in enumerate(positions) if pos.shape[1] > 1]
     single = [c for c, pos in enumerate(positions) if pos.shape[1] == 1]
-    for how in dict.fromkeys(hows[c] for c in single):  # every position patched alone, then each cell's
-        x, u = attention_inputs(lm, layer, how, None, base, source)
-        shared = "source" if how in ("resid_pre", "mixer_in") else how
-        if shared not in moved:
-            moved[shared] = closed_form(u, source[f"{name}.qkv"] if shared == "source" else None)
-        every = moved[shared] if x is None else moved[shared] + ((x - x_base) * g_mid).sum(-1)  # [M, B, T]
+    residual, inputs = {}, {}  # how -> the layer's input x' (None: mixer_in); the distinct mixer inputs u'
+    for how in dict.fromkeys(hows[c] for c in single):
+        residual[how], u = attention_inputs(lm, layer, how, None, base, source)
+        inputs.setdefault("source" if how in ("resid_pre", "mixer_in") else how, u)
+    if inputs:  # every position patched alone, for every distinct input at once: [K, M, B, T]
+        recorded = [source[f"{name}.qkv"] if k == "source" else None for k in inputs]
+        moved = dict(zip(inputs, attention_every(mixer, u_base, grad[f"{name}.core_out"], base[f"{name}.qkv"])(
+            torch.stack(list(inputs.values())), None if None in recorded else torch.stack(recorded))))
+    for how, x in residual.items():  # then each cell's
+        every = moved["source" if how in ("resid_pre", "mixer_in") else how]  # [M, B, T]
+        every = every if x is None else every + ((x - x_base) * g_mid).sum(-1)
         group = [c for c in single if hows[c] == how]
         at = torch.cat([positions[c] for c in group], 1)  # [B, cells]
         out[group] = every.gather(-1, at.expand(len(every), -1, -1)).permute(2, 0, 1)
@@ -166,13 +169,16 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor
     where some g is non-zero (in the last layer, the answer positions)."""
     B, T, D = u_base.shape
     rows = g_core.abs().amax((0, 1, 3)).nonzero()[:, 0]  # [S]: the rows that matter
-    few = len(rows) < T  # e.g. the last layer: a moved key or value is read through W_k, W_v (no projection of every position)
+    few = len(rows) < T  # e.g. the last layer: moved keys and values are read through W_k, W_v
 
     def pick(z: torch.Tensor, dim: int) -> torch.Tensor:  # the rows that matter along `dim`
         return z.index_select(dim, rows) if few else z
 
-    def heads(qkv: torch.Tensor) -> list[torch.Tensor]:  # [B, T, 3D] -> q, k, v [B, H, T, d_h]
-        return [mixer._heads(z) for z in qkv.split(D, dim=-1)]
+    def split(z: torch.Tensor) -> torch.Tensor:  # [..., T, D] -> [..., H, T, d_h]
+        return z.unflatten(-1, (mixer.n_heads, -1)).transpose(-2, -3)
+
+    def heads(qkv: torch.Tensor) -> list[torch.Tensor]:  # [..., T, 3D] -> q, k, v [..., H, T, d_h]
+        return [split(z) for z in qkv.split(D, dim=-1)]
 
     q, k, v = heads(mixer.qkv(u_base) if qkv_base is None else qkv_base)
     q = pick(q, 2)
@@ -185,21 +191,22 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor
     e = (logits - shift).exp()
     rest = _without_each(e)  # [B, H, S, t]: Σ_{j≠t} e_sj (relative to the row's max)
     core = e @ v / e.sum(-1, keepdim=True)  # [B, H, S, d_h]
-    g = mixer._heads(pick(g_core, 2).flatten(0, 1)).unflatten(0, g_core.shape[:2])  # [M, B, H, S, d_h]
+    g = split(pick(g_core, 2))  # [M, B, H, S, d_h]
     rest_vg, core_g = _without_each(e * (g @ v.transpose(-1, -2))), (core * g).sum(-1, keepdim=True)
     if few:  # q_s · k'_t = (W_k^T q_s) · u'_t and g_s · v'_t = (W_v^T g_s) · u'_t, per head (qkv has no bias)
         w_k, w_v = (mixer.qkv.weight[i * D : (i + 1) * D].view(mixer.n_heads, -1, D) for i in (1, 2))  # [H, d_h, D]
         q_k, g_v = q @ w_k, g @ w_v  # [B, H, S, D], [M, B, H, S, D]
 
     def every(u_new: torch.Tensor, qkv_new: torch.Tensor | None = None) -> torch.Tensor:
+        # u_new [..., B, T, D] -> [..., M, B, T]; below, "..." is left out of the shapes
         if few:  # project the rows only (every input the same way: equal inputs give equal changes)
-            q1, k1_own, v1_own = heads(mixer.qkv(u_new.index_select(1, rows)))  # [B, H, S, d_h]
-            u_t = u_new.transpose(1, 2)[:, None]  # [B, 1, D, T]
-            qk1, gv1 = q_k @ u_t, g_v @ u_t  # [B, H, S, T], [M, B, H, S, T]
+            q1, k1_own, v1_own = heads(mixer.qkv(u_new.index_select(-2, rows)))  # [B, H, S, d_h]
+            u_t = u_new.transpose(-1, -2).unsqueeze(-3)  # [B, 1, D, T]
+            qk1, gv1 = q_k @ u_t, g_v @ u_t.unsqueeze(-5)  # [B, H, S, T], [M, B, H, S, T]
         else:
             q1, k1, v1 = heads(mixer.qkv(u_new) if qkv_new is None else qkv_new)
-            qk1, gv1 = q @ k1.transpose(-1, -2), g @ v1.transpose(-1, -2)
-            q1, k1_own, v1_own = pick(q1, 2), pick(k1, 2), pick(v1, 2)
+            qk1, gv1 = q @ k1.transpose(-1, -2), g @ v1.transpose(-1, -2).unsqueeze(-5)
+            q1, k1_own, v1_own = pick(q1, -2), pick(k1, -2), pick(v1, -2)
         moved = (qk1 * scale - shift).masked_fill(~later, float("-inf"))  # l'_st − max_j l_sj
         over = moved.clamp_min(0)  # divide both sums by e^over: no overflow where the moved key wins the row
         e1, damp = (moved - over).exp(), (-over).exp()
@@ -207,11 +214,12 @@ def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor
         own = own + own_col * ((q1 * k1_own).sum(-1, keepdim=True) * scale)  # row s: q'_s against k_j (j < s), k'_s
         w = own.masked_fill(~causal, float("-inf")).softmax(-1)
         core_own = w.masked_fill(own_col, 0) @ v + (w * own_col).sum(-1, keepdim=True) * v1_own  # [B, H, S, d_h]
-        denom = (rest * damp + e1).clamp_min(torch.finfo(e.dtype).tiny)
-        later_rows = (rest_vg * damp + e1 * gv1) / denom - core_g  # [M, B, H, S, t]
+        denom = (rest * damp + e1).clamp_min(torch.finfo(e.dtype).tiny).unsqueeze(-5)
+        later_rows = (rest_vg * damp.unsqueeze(-5) + e1.unsqueeze(-5) * gv1) / denom - core_g  # [M, B, H, S, t]
         change = later_rows.masked_fill(~later, 0).sum(-2)  # [M, B, H, T]
-        change = change.index_add(-1, rows, ((core_own - core) * g).sum(-1))
-        return change.sum(2).masked_fill((u_new == u_base).all(-1), 0)  # nothing moves where the input is the same
+        change = change.index_add(-1, rows, ((core_own.unsqueeze(-5) - core) * g).sum(-1))
+        same = (u_new - u_base).abs().amax(-1) == 0  # [B, T]: nothing moves where the input is the same
+        return change.sum(-2).masked_fill(same.unsqueeze(-3), 0)
 
     return every
 
