@@ -130,32 +130,33 @@ def attention_estimates(
     out = g_mid.new_empty(len(hows), *g_mid.shape[:2])  # [C, M, B]
     multi = [c for c, pos in enumerate(positions) if pos.shape[1] > 1]
     single = [c for c, pos in enumerate(positions) if pos.shape[1] == 1]
+    shared = {"resid_pre": "source", "mixer_in": "source"}  # how -> its mixer input's name (the same u')
     residual, inputs = {}, {}  # how -> the layer's input x' (None: mixer_in); the distinct mixer inputs u'
     for how in dict.fromkeys(hows[c] for c in single):
         residual[how], u = attention_inputs(lm, layer, how, None, base, source)
-        inputs.setdefault("source" if how in ("resid_pre", "mixer_in") else how, u)
+        inputs.setdefault(shared.get(how, how), u)
     if inputs:  # every position patched alone, for every distinct input at once: [K, M, B, T]
         recorded = [source[f"{name}.qkv"] if k == "source" else None for k in inputs]
         moved = dict(zip(inputs, attention_every(mixer, u_base, grad[f"{name}.core_out"], base[f"{name}.qkv"])(
             torch.stack(list(inputs.values())), None if None in recorded else torch.stack(recorded))))
     for how, x in residual.items():  # then each cell's
-        every = moved["source" if how in ("resid_pre", "mixer_in") else how]  # [M, B, T]
+        every = moved[shared.get(how, how)]  # [M, B, T]
         every = every if x is None else every + ((x - x_base) * g_mid).sum(-1)
         group = [c for c in single if hows[c] == how]
         at = torch.cat([positions[c] for c in group], 1)  # [B, cells]
         out[group] = every.gather(-1, at.expand(len(every), -1, -1)).permute(2, 0, 1)
     if multi:
         pos = [positions[c] for c in multi]
-        inputs = [attention_inputs(lm, layer, hows[c], p, base, source) for c, p in zip(multi, pos)]
-        out[multi] = attention_changes(mixer, u_base, pos, [u for _, u in inputs], grad[f"{name}.core_out"])
-        for c, p, (x, _) in zip(multi, pos, inputs):
+        patched = [attention_inputs(lm, layer, hows[c], p, base, source) for c, p in zip(multi, pos)]
+        out[multi] = attention_changes(mixer, u_base, pos, [u for _, u in patched], grad[f"{name}.core_out"])
+        for c, p, (x, _) in zip(multi, pos, patched):
             if x is not None:  # the residual path: the input's change at the cell's positions, read at resid_mid
                 out[c] += ((x - x_base[rows, p]) * g_mid[:, rows, p]).sum((-1, -2))
     return out
 
 
 def attention_every(mixer: Attention, u_base: torch.Tensor, g_core: torch.Tensor, qkv_base: torch.Tensor | None = None):
-    """A function (u_new [B, T, D], its q, k, v [B, T, 3D] or None: projected here) -> [M, B, T]: for every
+    """A function (u_new [..., B, T, D], its q, k, v [..., B, T, 3D] or None: projected here) -> [..., M, B, T]: for every
     position t at once and every gradient g [B, T, D] in `g_core` [M, B, T, D], Σ_s (core'_s − core_s) · g_s
     where core' is the attention with its input (`mixer_in`) at t alone set to u_new[:, t], in closed form
     (the base run's parts computed once, here; qkv_base: the base run's q, k, v, or None). Where g is zero
