@@ -116,3 +116,14 @@ def test_intervene_hf_words_rule_with_the_saved_tokenizer(tmp_path):
     info = json.loads((out / "hf.json").read_text())
     assert info["rule"] == "words" and info["vocab"][1] == 1  # BOS is the model's
     assert sorted(info["vocab"][:1] + info["vocab"][2:]) == list(range(2, 2 + 64))  # every other id is a word
+
+
+def test_intervene_hf_by_attribution_patching_with_verified_cells(saved, tmp_path):
+    """--method gradient --verify K on a wrapped transformers model: K cells patched exactly, the check printed."""
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["intervene", "--hf", str(saved), "--out", str(out), "--hf-pairs", "4", "--n", "32",
+                                 "--sites", "resid_pre", "--method", "gradient", "--verify", "2"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(out / "interventions.parquet")
+    assert set(df["method"]) == {"gradient"} and df.loc[df["subset"] == "all", "verified"].sum() == 2
+    assert "2 of" in r.output and "cells patched exactly" in r.output

@@ -76,3 +76,22 @@ def test_intervene_by_attribution_patching(sweep):
     assert set(df["method"]) == {"gradient"} and df["attrib"].notna().all()
     bad = CliRunner().invoke(app, [*args, "--method", "guess"])
     assert bad.exit_code == 2 and "--method" in bad.output and "guess" in bad.output
+
+
+def test_intervene_verifies_the_top_cells(sweep):
+    """--verify K: K cells per corrupt role patched exactly (column verified), the check printed; refused
+    without --method gradient (exit 2, nothing written)."""
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)
+    run = sweep / "runs" / "induction"
+    args = ["intervene", str(run), "--n", "32", "--sites", "resid_pre"]
+    result = CliRunner().invoke(app, [*args, "--method", "gradient", "--verify", "2"])
+    assert result.exit_code == 0, result.output
+    df = pd.read_parquet(run / "interventions.parquet")
+    main = df[df["subset"] == "all"]
+    assert main["verified"].sum() == 2 and {"attrib_estimate", "error_budget"} <= set(df.columns)
+    assert "2 of 15 cells patched exactly" in result.output and "largest error" in result.output
+    (run / "interventions.parquet").unlink()
+    bad = CliRunner().invoke(app, [*args, "--verify", "2"])
+    assert bad.exit_code == 2 and "--verify" in bad.output and not (run / "interventions.parquet").exists()

@@ -42,7 +42,8 @@ def register(app: typer.Typer) -> None:
         split: Annotated[str, typer.Option(help="Task split of the examples.")] = "test",
         direction: Annotated[Literal["sufficiency", "necessity"], typer.Option(help="sufficiency: the corrupted run with the clean activation patched in; necessity: the reverse.")] = "sufficiency",
         analysis: Annotated[list[str], typer.Option(help="Extra analyses: conv-window (where a short conv binds key and value); state (the answer each layer's recurrent state carries after the key, …, up to the answer). An analysis not asked for keeps its earlier files.")] = [],
-        method: Annotated[Literal["exact", "gradient"], typer.Option(help="exact (one patched run per cell) or gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward).")] = "exact",
+        method: Annotated[Literal["exact", "gradient"], typer.Option(help="exact (one patched run per cell) or gradient (attribution patching: a first-order estimate of every cell from two forwards and a backward, with the AtP* corrections; docs/attribution-patching.md).")] = "exact",
+        verify: Annotated[int, typer.Option(min=0, help="With --method gradient: patch the K cells with the highest estimate exactly (column verified) and print the largest error seen and a recall bound.")] = 0,
         out: Annotated[Optional[Path], typer.Option(help="Write the outputs here (a sweep's runs under their relative paths) instead of into each run directory; with --hf, default intervene-<model name>.", file_okay=False)] = None,
         replace: Annotated[bool, typer.Option("--replace", help="Write over a run's readouts of another kind (corrupted roles, direction, method); refused without it.")] = False,
         over_training: Annotated[bool, typer.Option("--over-training", help="The readouts at every snapshot of each run (timeline.parquet); only snapshots not yet read are computed.")] = False,
@@ -60,11 +61,14 @@ def register(app: typer.Typer) -> None:
         positions = split_list(positions)
         if sorted(set(analysis) - set(ANALYSES)):
             raise typer.BadParameter(f"must be among {list(ANALYSES)}, got {analysis}", param_hint="--analysis")
+        if verify and method != "gradient":
+            raise typer.BadParameter("checks the gradient estimate: use it with --method gradient", param_hint="--verify")
         if (hf is None) == (path is None):
             raise typer.BadParameter("give a run or sweep directory, or --hf MODEL (not both)", param_hint="PATH / --hf")
         if hf is not None:
             _hf(hf, hf_tokens, hf_pairs, out, over_training, corrupt=corrupt, n=n, sites=sites, positions=positions,
-                seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method)
+                seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method,
+                verify=verify)
             return
         try:
             runs = find_runs(path)
@@ -92,12 +96,13 @@ def register(app: typer.Typer) -> None:
             name = names[run_dir]
             try:
                 df, v = intervene_run(run_dir, corrupt, n, sites, positions, seed, split, direction,
-                                      analyses=analysis, method=method, out=outs[run_dir], replace=replace)
+                                      analyses=analysis, method=method, out=outs[run_dir], replace=replace, verify=verify)
             except Exception as e:  # one bad run is reported and skipped
                 failed.append(name)
                 tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)
                 table.add_row(name, "FAILED", "", "", "", "", "", "")
                 continue
+            print_verification(name, df)
             if v is not None:
                 table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
                               *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
@@ -141,7 +146,8 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--hf") from None
     out = out or Path(f"intervene-{Path(hf).name}")
-    _, v = intervene_hf(model, tokenizer, hf, out, rule=hf_tokens, pairs=hf_pairs, **kw)
+    df, v = intervene_hf(model, tokenizer, hf, out, rule=hf_tokens, pairs=hf_pairs, **kw)
+    print_verification(str(out), df)
     table = verdict_table(f"mechanism: corrupt {kw['corrupt'][0]}, examples outside the conv reach (see detail)")
     if v is None:
         table.add_row(str(out), "-", "", "", "", "", "", "")
@@ -163,6 +169,19 @@ def check_kinds(outs: dict[Path, Path], corrupt: list[str], direction: str, meth
             check_replace(out_dir, corrupt, direction, method, sites, positions)
         except ReadoutKindError as e:
             raise typer.BadParameter(str(e), param_hint="--out / --replace") from None
+
+
+def print_verification(name: str, df) -> None:
+    """One line per corrupted role and subset of a table with verified cells (`--verify`): how many cells
+    were patched exactly, the largest error of the estimate among them, and the recall bound
+    (`patching.verification`)."""
+    from tqdm import tqdm
+
+    from mecheval.interventions.patching import verification
+
+    for r in verification(df).itertuples() if "verified" in df else ():
+        tqdm.write(f"{name}: corrupt {r.corrupt}, {r.subset}: {r.verified} of {r.cells} cells patched exactly, "
+                   f"largest error of the estimate {r.max_error:.3f}, recall of the exact top {r.verified} >= {r.recall_lb:.2f}")
 
 
 def _over_training(path: Path, runs: list[Path], corrupt: str, n: int, seed: int) -> None:

@@ -75,19 +75,24 @@ def attrib_grid(df: pd.DataFrame, site: str, value: str = "attrib", subset: str 
 def heatmap(df: pd.DataFrame, site: str, path: str | Path | None = None, title: str = "", *,
             ax: Axes | None = None, subset: str | None = None) -> Axes:
     """The attribution heatmap of `site` (layers × positions, colour range 0..1, values annotated) on `ax`
-    (or a new figure); one subset, named in the title. Writes a PNG to `path` where given."""
+    (or a new figure); one subset, named in the title. Writes a PNG to `path` where given. In a gradient
+    table, cells patched exactly (`verified`) are marked with a ✓, the others are estimates."""
     grid = attrib_grid(df, site, subset=subset)
     caption = one_subset(df, subset)[1]
+    verified = df["verified"].astype(float).fillna(0) if "verified" in df and df["verified"].notna().any() else None
+    checked = grid * 0 if verified is None else attrib_grid(df.assign(v=verified), site, "v", subset=subset)
     fig, ax = _figure(ax, path, (1.0 + 0.6 * grid.shape[1], 1.2 + 0.5 * grid.shape[0]))
     im = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
     ax.set_yticks(range(grid.shape[0]), grid.index)
     ax.set_xlabel("position")
     ax.set_ylabel("layer")
-    ax.set_title(title or f"{site} ({caption})", fontsize=9)
+    estimated = verified is not None and (checked.to_numpy() == 0).any()
+    ax.set_title((title or f"{site} ({caption})") + ("\n(estimates; ✓ patched exactly)" if estimated else ""), fontsize=9)
     if grid.size <= 200:
         for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.5 else "k")
+            mark = " ✓" if checked.iat[i, j] > 0 else ""
+            ax.text(j, i, f"{v:.2f}{mark}", ha="center", va="center", fontsize=7, color="w" if v < 0.5 else "k")
     fig.colorbar(im, ax=ax, label="attrib")
     if path is not None:
         save(fig, path)

@@ -236,6 +236,7 @@ def intervene_run(
     method: str = "exact",
     out: Path | None = None,
     replace: bool = False,
+    verify: int = 0,
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """Runs the interchange experiments of one run and writes its outputs -> (the table, the verdict or None).
 
@@ -247,9 +248,9 @@ def intervene_run(
     this model lacks (e.g. `conv_out` without a conv); `analyses` adds `conv-window`
     (conv_window.parquet, conv_ablation.parquet) and `state` (state_curve.parquet, `state_readout`;
     models with a recurrent state that learned the task); `method` "gradient" estimates the cells by
-    attribution patching (`interchange`). Also written: accuracy.parquet (accuracy with Wilson intervals
-    per subset and key distance) and, for single-answer tasks, examples.parquet (`example_table`: the same
-    per example, for like-for-like comparisons).
+    attribution patching (`interchange`), `verify` of them exactly. Also written: accuracy.parquet
+    (accuracy with Wilson intervals per subset and key distance) and, for single-answer tasks,
+    examples.parquet (`example_table`: the same per example, for like-for-like comparisons).
     out: the directory written (default: the run directory). An analysis not asked for keeps its files
     (a conv-window table is read by the verdict); readouts of another kind (`check_replace`) are not
     written over unless `replace`.
@@ -263,13 +264,14 @@ def intervene_run(
         check_replace(out_dir, corrupt, direction, method, sites, positions)
     lm, task, _ = load_run(run_dir)
     return intervene_model(out_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
-                           skip_missing_sites, analyses, method)
+                           skip_missing_sites, analyses, method, verify)
 
 
 def intervene_model(
     out_dir: Path, lm, task, corrupt: list[str], n: int = N_EXAMPLES, sites: list[str] = ("*",),
     positions: list[Position] | None = None, seed: int = 0, split: str = "test", direction: str = "sufficiency",
     min_effect: float = 0.01, skip_missing_sites: bool = False, analyses: list[str] = (), method: str = "exact",
+    verify: int = 0,
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """`intervene_run` on a model and task already built (an LM, or `mecheval.hf.wrap`'s), its outputs written
     into `out_dir` (earlier analyses not asked for kept)."""
@@ -284,11 +286,12 @@ def intervene_model(
     batch = task.sample(n, seed=seed, split=split)
     masks = subsets(lm, batch)
     tables = [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks,
-                          method=method) for role in corrupt]
+                          method=method, verify=verify) for role in corrupt]
     if VERDICT_ROLE in corrupt and positions is not None and JOINT not in positions:
         # the key and query patched together at every block input: what the direct-retrieval rule reads
-        tables.append(interchange(lm, task, batch, VERDICT_ROLE, ["resid_pre"], [JOINT], seed=seed,
-                                  direction=direction, subsets=masks, method=method))
+        joint = interchange(lm, task, batch, VERDICT_ROLE, ["resid_pre"], [JOINT], seed=seed,
+                            direction=direction, subsets=masks, method=method)
+        tables.append(joint.assign(verified=None) if verify else joint)  # not among the verified candidates
     df = pd.concat(tables, ignore_index=True)
     safe_mkdir(out_dir, out_dir.parent)
     safe_unlink(out_dir / VERDICT, out_dir)  # until this call's is written, the run has none

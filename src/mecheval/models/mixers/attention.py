@@ -54,14 +54,18 @@ class Attention(Mixer):
         return x.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, D = x.shape
-        q, k, v = (self._heads(z) for z in self.qkv(x).split(D, dim=-1))
+        return self.out(self.core_out(self.core(self.qkv(x))))
+
+    def core(self, qkv: torch.Tensor) -> torch.Tensor:
+        """The projections q, k, v concatenated [B, T, 3D] -> the heads' outputs concatenated [B, T, D]
+        (fused SDPA, or explicit weights through the sites where the run is observed)."""
+        B, T, D3 = qkv.shape
+        q, k, v = (self._heads(z) for z in qkv.split(D3 // 3, dim=-1))
         if self._observed():
             core = self._explicit(q, k, v)  # [B, T, H, d_h]
         else:
             core = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)  # [B, T, H, d_h]
-        core = self.core_out(core.reshape(B, T, D))
-        return self.out(core)
+        return core.reshape(B, T, D3 // 3)
 
     def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """SDPA's computation through the sites: q, k, v [B, H, T, d_h] -> per-head outputs [B, T, H, d_h]."""
