@@ -36,7 +36,9 @@ def test_attention_has_no_state_and_gets_an_empty_table(ar_task):
 
 def test_summary_finds_where_the_association_enters_and_what_is_left_at_the_answer():
     rows = [{"layer": 1, "align": "key", "offset": o, "direction": "sufficiency", "attrib": a,
-             "attrib_lo": a - 0.1, "attrib_hi": a + 0.1, "n": 10} for o, a in enumerate([0.0, 0.1, 0.6, 0.9, 0.8])]
+             "attrib_lo": a - 0.1, "attrib_hi": a + 0.1, "n": 100} for o, a in enumerate([0.0, 0.1, 0.6, 0.9, 0.8])]
+    rows += [{"layer": 1, "align": "key", "offset": 40, "direction": "sufficiency", "attrib": 2.9,  # one example
+              "attrib_lo": 2.9, "attrib_hi": 2.9, "n": 1}]  # that far from its key: no reading, not the peak
     rows += [{"layer": 1, "align": "answer", "offset": -1, "direction": "sufficiency", "attrib": 0.7,
               "attrib_lo": 0.6, "attrib_hi": 0.8, "n": 10}]
     rows += [{**r, "layer": 0, "attrib": -0.01} for r in rows]  # a layer whose state restores nothing: left out

@@ -31,6 +31,7 @@ from mecheval.tasks import Batch, Task
 
 COLUMNS = ["layer", "align", "offset", "direction", "attrib", "attrib_lo", "attrib_hi", "n"]
 DENSE_OFFSETS = 9  # offsets 0 … 8 from the key (1 … 9 before the answer) are all read
+MIN_EXAMPLES = 32  # the fewest examples behind an offset that `state_summary` reads (the far offsets of ATR have few)
 
 
 def readout_offsets(first: int, last: int) -> list[int]:
@@ -75,14 +76,16 @@ def state_curve(
     return out[COLUMNS + [c for c in out.columns if c not in COLUMNS]]
 
 
-def state_summary(curve: pd.DataFrame) -> pd.DataFrame:
+def state_summary(curve: pd.DataFrame, min_n: int = MIN_EXAMPLES) -> pd.DataFrame:
     """Per layer whose state restores anything, from the sufficiency rows: `enters` (the first offset from
     the key whose state restores at least half of the layer's most), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the
-    state just before the answer is read, offset −1 from it, with `last_lo`, `last_hi`, `last_n`)."""
+    state just before the answer is read, offset −1 from it, with `last_lo`, `last_hi`, `last_n`). Offsets
+    from the key that fewer than `min_n` examples reach (the far ones, on ATR) are left out of `enters` and
+    `peak`: one example's ratio is no reading."""
     suff = curve[curve["direction"] == "sufficiency"]
     rows = []
     for layer, part in suff.groupby("layer"):
-        key = part[part["align"] == "key"].sort_values("offset")
+        key = part[(part["align"] == "key") & (part["n"] >= min_n)].sort_values("offset")
         last = part[(part["align"] == "answer") & (part["offset"] == -1)]
         if key.empty or last.empty:
             continue
