@@ -56,3 +56,16 @@ def test_a_block_matching_no_study_is_an_error(tmp_path):
     root = _tree(tmp_path, "studies task=mqar")
     with pytest.raises(PageError, match="no study under results/ matches"):
         generate(root)
+
+
+def test_rounding_and_cost_blocks_read_the_study_and_name_a_missing_one(tmp_path):
+    root = _tree(tmp_path, "rounding studies=cpu/quick seed=1")
+    text = generate(root)[Path("docs/page.md")]
+    # seed 1 of the committed quick study: attention retrieves at the query there, Mamba's findings hold
+    assert "| `results/cpu/quick` | not reproduced | reproduced | reproduced | reproduced | L1 key+" in text
+    (root / "docs" / "page.md").write_text("<!-- generated: rounding studies=cpu/quick,cpu/nowhere -->\n<!-- end generated -->\n")
+    with pytest.raises(PageError, match=r"docs/page.md: generated block 'rounding studies=cpu/quick,cpu/nowhere'"):
+        generate(root)
+    (root / "docs" / "page.md").write_text("<!-- generated: costs by=arch -->\n<!-- end generated -->\n")
+    costs = generate(root)[Path("docs/page.md")]
+    assert "| cpu/quick | attention | 3 | 3,000 |" in costs  # three seeds of 3,000 steps

@@ -160,6 +160,28 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]
             for fid in FINDINGS if fid in checks]
 
 
+def rounding_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
+    """One row per study listed in `studies=a,b` (results/SCALE/NAME without `results/`): the outcome of each
+    finding the first study checks, on its best-learning-rate runs of `seed` (all seeds where absent), and
+    Mamba's conv cell (the conv output restoring most) with its interval: the same design trained more
+    than once, read side by side."""
+    chosen = [Path(RESULTS) / s for s in args.get("studies", "").split(",") if s]
+    missing = [str(s) for s in chosen if not (root / s / RUNS).is_dir()]
+    if not chosen or missing:
+        raise PageError(f"{page}: generated block 'rounding {_args(args)}': no study {missing or 'listed'} under results/")
+    fids = _meta(root / chosen[0]).get("findings", [])
+    rows = []
+    for study in chosen:
+        best = _table(str(root / study), False)
+        keep = best["best_lr"] & ((best["seed"] == int(args["seed"])) if "seed" in args else True)
+        best = best[keep]
+        cells = [conv_evidence(d) for d in best[best["arch"] == "mamba"]["run_dir"]]
+        rows.append({"study": f"`{study}`", **{f"`{f}`": FINDINGS[f].check(best).status for f in fids},
+                     "Mamba's conv cell": "; ".join(f"L{e['layer']} key+{e['offset']} {e['attrib']:.2f} [{e['lo']:.2f}, "
+                                                    f"{e['hi']:.2f}]" for e in cells if e) or "–"})
+    return rows
+
+
 # ---- one study ---------------------------------------------------------------------------------------
 
 def _conv_binding(row: pd.Series) -> str:
@@ -424,13 +446,15 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = published_block(args, page)
     elif kind == "widths":
         body = widths_block(root, args, page)
+    elif kind == "rounding":
+        body = _markdown(rounding_rows(root, args, page))
     elif kind == "costs":
         body = _markdown(cost_rows(root, args, page))
     elif kind == "figure":
         rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
         body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
     else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, costs)")
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, costs, rounding)")
     return body.rstrip() + "\n"
 
 
