@@ -1,4 +1,5 @@
-"""docs/verdicts.md states numbers about the committed quick study: each is read here from `results/`."""
+"""docs/verdicts.md states numbers about the committed quick study: each is read here from `results/` (its
+rounding table is a generated block: tests/report/test_pages.py)."""
 
 from __future__ import annotations
 
@@ -32,37 +33,6 @@ def test_the_numbers_by_distance_are_the_committed_ones():
     assert f"restore {f('key&value&query', 'distance 5')} and {f('key&value&query', 'distance 9')} of the effect" in text
     assert f"reads @query {f('query', 'distance 3')}" in text and f"(@key {f('key', 'distance 5')})" in text
     assert f"The published three explain {f('key&value&query', 'outside')} of the effect" in text
-
-
-ROUNDINGS = {  # three trainings of the quick study's seed 0, one config (one fingerprint), other kernel code
-    "results/cpu/quick": "the committed three-seed study",
-    "results/cpu/quick-timeline": "the committed study with snapshots",
-    "results/cpu/quick-rounding": "trained 2026-12-03 with the default kernels",
-}
-FINDING_NAMES = {"attention_induction": "attention: induction", "mamba_direct": "Mamba: direct retrieval",
-                 "mamba_conv_forms": "Mamba: formed in its conv", "mamba_noconv_fails": "Mamba without conv fails"}
-
-
-def rounding_table() -> str:
-    """The markdown table of docs/verdicts.md's "The main job under rounding", from `results/`."""
-    from mecheval.report.build import study_findings
-    from mecheval.report.findings import conv_evidence
-
-    lines = ["| seed 0 of | " + " | ".join(FINDING_NAMES.values()) + " |", "|---" * (len(FINDING_NAMES) + 1) + "|"]
-    for study, words in ROUNDINGS.items():
-        found = study_findings(ROOT / study, seeds=[0])
-        lines.append(f"| `{study}` ({words}) | " + " | ".join(found[f].status for f in FINDING_NAMES) + " |")
-    cells = []
-    for study in ROUNDINGS:  # the quantity nearest its threshold: the conv cell against 0.5
-        run = sorted((ROOT / study / "runs").glob("preset-mamba_lr-0.003*"))[0]  # seed 0: the first
-        e = conv_evidence(str(run))
-        cells.append(f"layer {e['layer']} at key+{e['offset']} {e['attrib']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]")
-    return "\n".join(lines) + "\n\nMamba's conv cell (the conv output restoring most), in the same order: " + " / ".join(cells) + "."
-
-
-@pytest.mark.skipif(not all((ROOT / s / "study.json").exists() for s in ROUNDINGS), reason="the committed quick studies are not in this checkout")
-def test_the_rounding_table_is_the_committed_findings():
-    assert rounding_table() in DOC.read_text()
 
 
 def test_what_the_main_jobs_findings_rest_on_is_what_the_three_seeds_show():

@@ -34,7 +34,7 @@ import pandas as pd
 
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
-from mecheval.report.build import state_table, summarise
+from mecheval.report.build import state_table, study_findings, summarise
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.results import study_table
@@ -169,16 +169,16 @@ def rounding_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     missing = [str(s) for s in chosen if not (root / s / RUNS).is_dir()]
     if not chosen or missing:
         raise PageError(f"{page}: generated block 'rounding {_args(args)}': no study {missing or 'listed'} under results/")
-    fids = _meta(root / chosen[0]).get("findings", [])
+    seeds = [int(args["seed"])] if "seed" in args else None
     rows = []
     for study in chosen:
+        found = study_findings(root / study, seeds)
         best = _table(str(root / study), False)
-        keep = best["best_lr"] & ((best["seed"] == int(args["seed"])) if "seed" in args else True)
-        best = best[keep]
-        cells = [conv_evidence(d) for d in best[best["arch"] == "mamba"]["run_dir"]]
-        rows.append({"study": f"`{study}`", **{f"`{f}`": FINDINGS[f].check(best).status for f in fids},
+        mamba = best[best["best_lr"] & (best["arch"] == "mamba") & (best["seed"].isin(seeds) if seeds else True)]
+        cells = [e for d in mamba["run_dir"] if (e := conv_evidence(d))]
+        rows.append({"study": f"`{study}`", **{f"`{f}`": o.status for f, o in found.items()},
                      "Mamba's conv cell": "; ".join(f"L{e['layer']} key+{e['offset']} {e['attrib']:.2f} [{e['lo']:.2f}, "
-                                                    f"{e['hi']:.2f}]" for e in cells if e) or "–"})
+                                                    f"{e['hi']:.2f}]" for e in cells) or "–"})
     return rows
 
 
