@@ -247,7 +247,7 @@ def _task_line(study: Path) -> str:
     shown = ", ".join(f"{k} {v}" for k, v in params.items()) or "its default parameters, the published ones"
     layers = sorted(df["model.n_layers"].dropna().astype(int).unique())
     widths = sorted(df["model.d_model"].dropna().astype(int).unique())
-    return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layers of width "
+    return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layer{'' if layers == [1] else 's'} of width "
             f"{'/'.join(map(str, widths))}; "
             f"{len(df[df['status'] == 'done'])} finished runs.")
 
