@@ -99,10 +99,7 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     parts = [arch_parts(row) for _, row in df.iterrows()]
     df["arch_name"] = pd.Series([n for n, _ in parts], index=df.index, dtype=object)
     df["arch_conv"] = pd.Series([c for _, c in parts], index=df.index, dtype=object)  # None: the default
-    variants = [arch_variant(row) for _, row in df.iterrows()]
-    df["arch_layers"] = pd.Series([v[0] for v in variants], index=df.index, dtype=object)  # None: 2, as published
-    df["arch_positions"] = pd.Series([v[1] for v in variants], index=df.index, dtype=object)  # None: the preset's
-    df["arch"] = [arch_label(n, c, *v) for (n, c), v in zip(parts, variants)]
+    df["arch"] = [arch_label(n, c, *arch_variant(row)) for (n, c), (_, row) in zip(parts, df.iterrows())]
     df["acc"] = df.get(ACC)
     if HELDOUT_ACC in df:
         df["acc_heldout"] = df[HELDOUT_ACC]
