@@ -18,6 +18,10 @@ tail       the last block's position-wise part (`mixer_out` … `resid_post` of 
            change the answer only where they sit at an answer position, through the MLP, the final norm and
            the head, all position-wise, so they are patched exactly there: one position-wise pass per site
            at the answer positions (`tail_scores`), no extra forward pass.
+mixer      a recurrent or convolutional mixer's gates and Δ's softplus. For a cell that moves the input of
+           a mixer other than attention (the same cells as for attention: `feeding_target`), that mixer runs
+           exactly on the patched run's input, once per distinct input and set of positions, and the rest
+           is linear: Δ ≈ Σ_t (y'_t − y_t + x'_t − x_t) · ∂m/∂resid_mid_t (`mixer_estimates`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from mecheval.models.lm import LM
 from mecheval.models.mixers.attention import Attention
 from mecheval.models.sites import attach
 
-CORRECTIONS = ("answer", "attention", "tail")
+CORRECTIONS = ("answer", "attention", "tail", "mixer")
 
 
 def parse_correction(correction: str | Sequence[str]) -> tuple[str, ...]:
@@ -55,41 +59,64 @@ def answer_margins(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
     return logit - others.logsumexp(-1)
 
 
-def attention_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
-    """(layer, how) of the attention whose queries and keys a cell moves directly at its own positions, or
-    None. how names the patched run's input to that layer (`attention_inputs`), the same for cells that
-    give the same input: "mixer_in" (that layer's `mixer_in`: the residual keeps its value), "resid_pre" (its
-    `resid_pre`, or the block before's `resid_post` or `resid_mid`: the block before is position-wise after
-    resid_mid, so the input is the source run's), "mixer_out" (the block before's `mixer_out`, or its
-    `core_out` if that block is attention too: the output projection is linear and position-wise) or
-    "mlp_out" (the block before's `mlp_out`: added to the residual)."""
+def feeding_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
+    """(layer, how) of the mixer whose input a cell moves directly at its own positions, or None. how names
+    the patched run's input to that layer (`patched_inputs`), the same for cells that give the same input:
+    "mixer_in" (that layer's `mixer_in`: the residual keeps its value), "resid_pre" (its `resid_pre`, or
+    the block before's `resid_post` or `resid_mid`: the block before is position-wise after resid_mid, so
+    the input is the source run's), "mixer_out" (the block before's `mixer_out`, or its `core_out` if that
+    block is attention: the output projection is linear and position-wise) or "mlp_out" (the block
+    before's `mlp_out`: added to the residual)."""
     layer, kind = cell.layer, cell.kind
     how = {"mixer_in": "mixer_in", "resid_pre": "resid_pre"}.get(kind)
     if how is None:
-        layer += 1  # a site of the block before the attention
+        layer += 1  # a site of the block before the mixer
         how = {"resid_post": "resid_pre", "resid_mid": "resid_pre", "mixer_out": "mixer_out", "mlp_out": "mlp_out",
                "core_out": "mixer_out"}.get(kind)
-    if how is None or layer >= len(lm.layers) or type(lm.layers[layer].mixer) is not Attention:
+    if how is None or layer >= len(lm.layers):
         return None
     if kind == "core_out" and type(lm.layers[layer - 1].mixer) is not Attention:
         return None
     return layer, how
 
 
-def attention_sites(layer: int, how: str) -> list[str]:
-    """The sites whose values `attention_inputs` (and the correction) read for (layer, how) of `attention_target`."""
+def attention_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
+    """`feeding_target` where that mixer is attention (the `attention` correction's cells), else None."""
+    target = feeding_target(lm, cell)
+    return target if target is not None and type(lm.layers[target[0]].mixer) is Attention else None
+
+
+def mixer_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
+    """`feeding_target` where that mixer is not attention (the `mixer` correction's cells), else None."""
+    target = feeding_target(lm, cell)
+    return target if target is not None and type(lm.layers[target[0]].mixer) is not Attention else None
+
+
+def input_sites(layer: int, how: str) -> list[str]:
+    """The sites whose values `patched_inputs` reads for (layer, how) of `feeding_target`, and the layer's
+    resid_mid (whose gradient the corrections read)."""
     before = {"mixer_out": ("resid_pre", "mixer_out"), "mlp_out": ("resid_mid", "mlp_out")}.get(how, ())
-    return [f"layers.{layer}.{k}" for k in ("resid_pre", "mixer_in", "resid_mid", "core_out")] + [
+    return [f"layers.{layer}.{k}" for k in ("resid_pre", "mixer_in", "resid_mid")] + [
         f"layers.{layer - 1}.{k}" for k in before]
 
 
-def attention_inputs(
+def attention_sites(layer: int, how: str) -> list[str]:
+    """The sites the `attention` correction reads for (layer, how) of `attention_target`."""
+    return [*input_sites(layer, how), f"layers.{layer}.core_out"]
+
+
+def mixer_sites(layer: int, how: str) -> list[str]:
+    """The sites the `mixer` correction reads for (layer, how) of `mixer_target`."""
+    return [*input_sites(layer, how), f"layers.{layer}.mixer_out"]
+
+
+def patched_inputs(
     lm: LM, layer: int, how: str, pos: torch.Tensor | None, base, source
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The patched run's values at the positions pos [B, K] (None: every position, each patched alone) of
-    attention layer `layer`'s input (`resid_pre`; None for "mixer_in", which bypasses the residual) and of
-    its `mixer_in`: [B, K or T, D] each, exact (the block before runs position-wise there), for a cell that
-    `attention_target` gave (layer, how). base, source: site name -> [B, T, D] (`attention_sites`)."""
+    layer `layer`'s input (`resid_pre`; None for "mixer_in", which bypasses the residual) and of its
+    `mixer_in`: [B, K or T, D] each, exact (the block before runs position-wise there), for a cell that
+    `feeding_target` gave (layer, how). base, source: site name -> [B, T, D] (`input_sites`)."""
 
     def at(name: str, acts) -> torch.Tensor:
         x = acts[f"layers.{name}"]
@@ -133,7 +160,7 @@ def attention_estimates(
     shared = {"resid_pre": "source", "mixer_in": "source"}  # how -> its mixer input's name (the same u')
     residual, inputs = {}, {}  # how -> the layer's input x' (None: mixer_in); the distinct mixer inputs u'
     for how in dict.fromkeys(hows[c] for c in single):
-        residual[how], u = attention_inputs(lm, layer, how, None, base, source)
+        residual[how], u = patched_inputs(lm, layer, how, None, base, source)
         inputs.setdefault(shared.get(how, how), u)
     if inputs:  # every position patched alone, for every distinct input at once: [K, M, B, T]
         recorded = [source[f"{name}.qkv"] if k == "source" else None for k in inputs]
@@ -147,7 +174,7 @@ def attention_estimates(
         out[group] = every.gather(-1, at.expand(len(every), -1, -1)).permute(2, 0, 1)
     if multi:
         pos = [positions[c] for c in multi]
-        patched = [attention_inputs(lm, layer, hows[c], p, base, source) for c, p in zip(multi, pos)]
+        patched = [patched_inputs(lm, layer, hows[c], p, base, source) for c, p in zip(multi, pos)]
         out[multi] = attention_changes(mixer, u_base, pos, [u for _, u in patched], grad[f"{name}.core_out"])
         for c, p, (x, _) in zip(multi, pos, patched):
             if x is not None:  # the residual path: the input's change at the cell's positions, read at resid_mid
@@ -256,6 +283,52 @@ def attention_changes(
         change = mixer.core(qkv.flatten(0, 1)).view(-1, 1, B, T, D) - core_base  # [c, 1, B, T, D]
         out.append((change * g_core).sum((-1, -2)))  # [c, M, B]
     return torch.cat(out)
+
+
+def mixer_estimates(
+    lm: LM, layer: int, hows: Sequence[str], keys: Sequence[str], where, base, source, grad
+) -> torch.Tensor:
+    """The corrected first-order changes [C, M, B] of the cells feeding the (non-attention) mixer of layer
+    `layer`: cell c is (hows[c] of `mixer_target`, its positions where[keys[c]] [B, K]). base, source: name ->
+    [B, T, D] (`mixer_sites`); grad: name -> the metrics' gradients [M, B, T, D].
+
+    The mixer runs exactly on the patched run's input (`patched_inputs` at the cell's positions, the base
+    run's elsewhere), once per distinct (how, positions) and only for the examples whose input moves, many
+    in one call (TOKEN_BUDGET rows); downstream of its output everything is linear:
+    Δ ≈ Σ_t (y'_t − y_t + x'_t − x_t) · ∂m/∂resid_mid_t (resid_mid = x + y: the mixer's output and the
+    residual path read the same gradient)."""
+    mixer, name = lm.layers[layer].mixer, f"layers.{layer}"
+    u_base, x_base, y_base = (base[f"{name}.{k}"] for k in ("mixer_in", "resid_pre", "mixer_out"))
+    g_mid = grad[f"{name}.resid_mid"]  # [M, B, T, D]
+    B, T, _ = u_base.shape
+    rows = torch.arange(B, device=u_base.device)[:, None]
+    runs = list(dict.fromkeys(zip(hows, keys)))  # the distinct patched inputs
+    out = g_mid.new_zeros(len(runs), *g_mid.shape[:2])  # [R, M, B]
+
+    def flush(tiles) -> None:  # tiles: (run, examples [n], the mixer's patched input [n, T, D]); one call
+        examples = torch.cat([e for _, e, _ in tiles])
+        moved = mixer(torch.cat([u for _, _, u in tiles])) - y_base[examples]  # [n, T, D]
+        dots = (moved * g_mid[:, examples]).sum((-1, -2))  # [M, n]
+        for (r, e, _), d in zip(tiles, dots.split([len(e) for _, e, _ in tiles], -1)):
+            out[r, :, e] += d
+
+    tiles, size = [], 0
+    for r, (how, key) in enumerate(runs):
+        pos = where[key]
+        x, u = patched_inputs(lm, layer, how, pos, base, source)  # [B, K, D]
+        if x is not None:  # the residual path
+            out[r] += ((x - x_base[rows, pos]) * g_mid[:, rows, pos]).sum((-1, -2))
+        active = (u != u_base[rows, pos]).flatten(1).any(-1).nonzero()[:, 0]  # the examples whose input moves
+        if len(active):
+            patched = u_base[active].clone()
+            patched[torch.arange(len(active), device=active.device)[:, None], pos[active]] = u[active]
+            tiles.append((r, active, patched))
+            size += len(active) * T
+        if tiles and (size >= TOKEN_BUDGET or r == len(runs) - 1):
+            flush(tiles)
+            tiles, size = [], 0
+    index = {run: i for i, run in enumerate(runs)}
+    return out[[index[run] for run in zip(hows, keys)]]
 
 
 def in_tail(lm: LM, cell: Cell) -> bool:
