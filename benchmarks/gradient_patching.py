@@ -9,7 +9,7 @@
    mid-training snapshots (the issue's new-user setting for every mixer, `tiny`, trained once into
    --snapshot-dir, read at the steps --snapshot-steps):
    attribution per (site, role) cell by exact patching and by the estimate with each correction (none,
-   answer, attention, tail, all), on the examples outside the conv reach, and per (resid_pre / mixer_out, every
+   answer, attention, tail, mixer, the three without mixer, all), on the examples outside the conv reach, and per (resid_pre / mixer_out, every
    position) cell; Spearman's rank correlation, the largest absolute error, the cells off by more than
    0.2, the worst cell, the recall of the exact top 5 by the estimate's top 5, and how many of the cells
    off by more than 0.2 have an error budget above 0.1 (`error_budget`, flagged) among how many flagged.
@@ -54,7 +54,8 @@ DEFAULT_RUNS = [
 SITES = ["resid_pre", "conv_out", "state", "core_out", "mixer_out", "resid_post"]
 ERROR = 0.2  # a cell whose estimate is off by more than this is listed as wrong
 FLAG = 0.1  # an error budget above this flags the cell's estimate as unreliable
-CORRECTIONS = ["none", "answer", "attention", "tail", "all"]  # the estimates compared: plain, each correction alone, all (the default)
+CORRECTIONS = ["none", "answer", "attention", "tail", "mixer", "answer,attention,tail", "all"]  # the estimates compared: plain,
+# each correction alone, the three without `mixer`, all
 
 
 def speed(n: int, mixer: str, pairs: int, rounds: int = 3) -> dict:

@@ -145,6 +145,40 @@ def test_saturated_attention_corrected_estimate_is_exact_where_the_plain_one_is_
     torch.testing.assert_close(plain["p_patched"], est["p_linear"], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("mixer", ["mamba", "h3", "deltanet", "based"])
+def test_saturated_mixer_corrected_estimate_is_exact_where_the_plain_one_is_not(ar_task, mixer):
+    """A 2-layer model with weights large enough that the mixers' gates (Mamba's SiLU(z), H3's and Based's
+    products), Mamba's Δ = softplus(·) and DeltaNet's normalised keys work far outside their tangent. Without
+    the final norm the answer's logit is linear in the last block's residual, so for every cell that moves
+    only the last mixer's input (its resid_pre and mixer_in, the block before's position-wise sites; one
+    position and two) the `mixer` correction, which runs that mixer exactly, gives exact patching's patched
+    logit; the plain estimate misses by a good part of the change itself."""
+    lm = random_lm(ar_task.vocab_size, mixer=mixer, n_layers=2, mlp=False)
+    lm.norm_f = nn.Identity()
+    batch = ar_task.sample(16, seed=7)
+    corrupted = ar_task.corrupt(batch, "key", 7).tokens
+    where = {**batch.roles, "key&query": torch.stack([batch.roles["key"], batch.roles["query"]], -1)}
+    sites = ["layers.1.resid_pre", "layers.1.mixer_in", "layers.0.mixer_out", "layers.0.resid_mid", "layers.0.resid_post"]
+    cells = [Cell(s, p) for s in sites for p in where]
+    args = (lm, corrupted, batch.tokens, cells, where, batch.answer, batch.answer_pos)
+    exact, est = patch_cells(*args), gradient_cells(*args, correction="mixer")
+    change = (exact["logit_patched"] - exact["logit_base"]).abs().max()
+    assert change > 1.0  # measured: 3.4 (Based) to 24 (H3) logits
+    torch.testing.assert_close(est["logit_patched"], exact["logit_patched"], atol=1e-4, rtol=1e-4)
+    assert (est["logit_linear"] - exact["logit_patched"]).abs().max() > 0.4 * change  # measured: 0.53 (Based) to 2 × change
+
+
+def test_mixer_correction_leaves_attention_to_its_own(ar_task):
+    """On an attention model the `mixer` correction touches no cell: it is the plain estimate."""
+    lm = random_lm(ar_task.vocab_size, n_layers=2)
+    batch = ar_task.sample(8, seed=2)
+    corrupted = ar_task.corrupt(batch, "key", 2).tokens
+    cells = [Cell(s, r) for s in ("layers.1.resid_pre", "layers.0.resid_post") for r in batch.roles]
+    args = (lm, corrupted, batch.tokens, cells, batch.roles, batch.answer, batch.answer_pos)
+    est = gradient_cells(*args, correction="mixer")
+    torch.testing.assert_close(est["logit_patched"], est["logit_linear"])
+
+
 def test_answer_correction_maps_the_margin_through_the_softmax(ar_task):
     """The hand-built induction model with its final norm: the answer's probability is ~0 corrupted and 1
     clean, where σ's tangent is flat. Cells that restore the answer move p from ~0 to 1: the plain estimate

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from mecheval.interventions.engine import TOKEN_BUDGET, Cell, _applied, _in_tail
-from mecheval.models.lm import LM
+from mecheval.models.lm import LM, Block
 from mecheval.models.mixers.attention import Attention
 from mecheval.models.sites import attach
 
@@ -87,9 +87,12 @@ def attention_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
 
 
 def mixer_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
-    """`feeding_target` where that mixer is not attention (the `mixer` correction's cells), else None."""
+    """`feeding_target` where that mixer is not attention (the `mixer` correction's cells), else None; None in
+    a wrapped `transformers` model too (`mecheval.hf`: its blocks have no `resid_mid` site to read)."""
     target = feeding_target(lm, cell)
-    return target if target is not None and type(lm.layers[target[0]].mixer) is not Attention else None
+    if target is None or not isinstance(block := lm.layers[target[0]], Block):
+        return None
+    return target if type(block.mixer) is not Attention else None
 
 
 def input_sites(layer: int, how: str) -> list[str]:
@@ -293,42 +296,46 @@ def mixer_estimates(
     [B, T, D] (`mixer_sites`); grad: name -> the metrics' gradients [M, B, T, D].
 
     The mixer runs exactly on the patched run's input (`patched_inputs` at the cell's positions, the base
-    run's elsewhere), once per distinct (how, positions) and only for the examples whose input moves, many
-    in one call (TOKEN_BUDGET rows); downstream of its output everything is linear:
-    Δ ≈ Σ_t (y'_t − y_t + x'_t − x_t) · ∂m/∂resid_mid_t (resid_mid = x + y: the mixer's output and the
-    residual path read the same gradient)."""
+    run's elsewhere), once per distinct input and positions (`resid_pre` and `mixer_in` cells share the
+    source run's) and only for the examples whose input moves, many in one call (TOKEN_BUDGET rows);
+    downstream of its output everything is linear: Δ ≈ Σ_t (y'_t − y_t + x'_t − x_t) · ∂m/∂resid_mid_t
+    (resid_mid = x + y: the mixer's output y and the residual path read the same gradient)."""
     mixer, name = lm.layers[layer].mixer, f"layers.{layer}"
     u_base, x_base, y_base = (base[f"{name}.{k}"] for k in ("mixer_in", "resid_pre", "mixer_out"))
     g_mid = grad[f"{name}.resid_mid"]  # [M, B, T, D]
     B, T, _ = u_base.shape
     rows = torch.arange(B, device=u_base.device)[:, None]
-    runs = list(dict.fromkeys(zip(hows, keys)))  # the distinct patched inputs
-    out = g_mid.new_zeros(len(runs), *g_mid.shape[:2])  # [R, M, B]
+    shared = {"resid_pre": "source", "mixer_in": "source"}  # how -> its mixer input's name (the same u')
+    distinct = list(dict.fromkeys(zip(hows, keys)))  # (how, positions): the residual path's change
+    run_of = {d: i for i, d in enumerate(dict.fromkeys((shared.get(how, how), key) for how, key in distinct))}
+    residual = g_mid.new_zeros(len(distinct), *g_mid.shape[:2])  # [C', M, B]
+    moved = g_mid.new_zeros(len(run_of), *g_mid.shape[:2])  # [R, M, B]: the mixer's change, per distinct input
 
-    def flush(tiles) -> None:  # tiles: (run, examples [n], the mixer's patched input [n, T, D]); one call
+    def flush(tiles) -> None:  # tiles: (run, examples [n], the mixer's patched input [n, T, D]), in one call
         examples = torch.cat([e for _, e, _ in tiles])
-        moved = mixer(torch.cat([u for _, _, u in tiles])) - y_base[examples]  # [n, T, D]
-        dots = (moved * g_mid[:, examples]).sum((-1, -2))  # [M, n]
+        change = mixer(torch.cat([u for _, _, u in tiles])) - y_base[examples]  # [n, T, D]
+        dots = (change * g_mid[:, examples]).sum((-1, -2))  # [M, n]
         for (r, e, _), d in zip(tiles, dots.split([len(e) for _, e, _ in tiles], -1)):
-            out[r, :, e] += d
+            moved[r, :, e] = d
 
-    tiles, size = [], 0
-    for r, (how, key) in enumerate(runs):
-        pos = where[key]
+    tiles, size, done = [], 0, set()
+    for c, (how, key) in enumerate(distinct):
+        pos, r = where[key], run_of[shared.get(how, how), key]
         x, u = patched_inputs(lm, layer, how, pos, base, source)  # [B, K, D]
-        if x is not None:  # the residual path
-            out[r] += ((x - x_base[rows, pos]) * g_mid[:, rows, pos]).sum((-1, -2))
+        if x is not None:
+            residual[c] = ((x - x_base[rows, pos]) * g_mid[:, rows, pos]).sum((-1, -2))
         active = (u != u_base[rows, pos]).flatten(1).any(-1).nonzero()[:, 0]  # the examples whose input moves
-        if len(active):
+        if r not in done and len(active):
             patched = u_base[active].clone()
             patched[torch.arange(len(active), device=active.device)[:, None], pos[active]] = u[active]
             tiles.append((r, active, patched))
             size += len(active) * T
-        if tiles and (size >= TOKEN_BUDGET or r == len(runs) - 1):
+        done.add(r)
+        if tiles and (size >= TOKEN_BUDGET or c == len(distinct) - 1):
             flush(tiles)
             tiles, size = [], 0
-    index = {run: i for i, run in enumerate(runs)}
-    return out[[index[run] for run in zip(hows, keys)]]
+    cell = {d: i for i, d in enumerate(distinct)}
+    return moved[[run_of[shared.get(h, h), k] for h, k in zip(hows, keys)]] + residual[[cell[d] for d in zip(hows, keys)]]
 
 
 def in_tail(lm: LM, cell: Cell) -> bool:
