@@ -4,12 +4,13 @@
    2-layer d = 64 model on AR with 4 pairs (the CPU task) and 16 (the published count) over 64 + 64, N examples, key corrupted; the exact
    engine (`patch_cells`) and the estimate (`gradient_cells`) in interleaved rounds. Prints cells/s and
    the ratio, for every mixer.
-   The estimate runs with its corrections (gradient) and without (plain).
+   The estimate runs with its default corrections (gradient), with the opt-in `mixer` too (+mixer) and
+   without any (plain).
 2. Agreement on trained runs (default: seed 0 of every architecture committed under results/cpu), and on
    mid-training snapshots (the issue's new-user setting for every mixer, `tiny`, trained once into
    --snapshot-dir, read at the steps --snapshot-steps):
    attribution per (site, role) cell by exact patching and by the estimate with each correction (none,
-   answer, attention, tail, mixer, the three without mixer, all), on the examples outside the conv reach, and per (resid_pre / mixer_out, every
+   answer, attention, tail, mixer, all: the default, all,mixer), on the examples outside the conv reach, and per (resid_pre / mixer_out, every
    position) cell; Spearman's rank correlation, the largest absolute error, the cells off by more than
    0.2, the worst cell, the recall of the exact top 5 by the estimate's top 5, and how many of the cells
    off by more than 0.2 have an error budget above 0.1 (`error_budget`, flagged) among how many flagged.
@@ -54,13 +55,14 @@ DEFAULT_RUNS = [
 SITES = ["resid_pre", "conv_out", "state", "core_out", "mixer_out", "resid_post"]
 ERROR = 0.2  # a cell whose estimate is off by more than this is listed as wrong
 FLAG = 0.1  # an error budget above this flags the cell's estimate as unreliable
-CORRECTIONS = ["none", "answer", "attention", "tail", "mixer", "answer,attention,tail", "all"]  # the estimates compared: plain,
-# each correction alone, the three without `mixer`, all
+CORRECTIONS = ["none", "answer", "attention", "tail", "mixer", "all", "all,mixer"]  # the estimates compared: plain,
+# each correction alone, all (the default: answer, attention, tail), and with the opt-in `mixer` too
 
 
 def speed(n: int, mixer: str, pairs: int, rounds: int = 3) -> dict:
     """Exact and gradient patching of every site × every position, in `rounds` interleaved rounds
-    (exact, gradient, a plain forward), medians: one row of the speed table."""
+    (exact, the estimate with the default corrections, with `mixer` too and plain, a plain forward), medians:
+    one row of the speed table."""
     task = make_task("ar", n_pairs=pairs, n_keys=64, n_values=64)
     batch = task.sample(n, seed=0, split="test")
     torch.manual_seed(0)
@@ -77,6 +79,7 @@ def speed(n: int, mixer: str, pairs: int, rounds: int = 3) -> dict:
             lm(batch.tokens)
 
     timed = {"exact": lambda: patch_cells(*args), "gradient": lambda: gradient_cells(*args),
+             "+mixer": lambda: gradient_cells(*args, correction="all,mixer"),
              "plain": lambda: gradient_cells(*args, correction="none"), "forward": forward}
     for fn in timed.values():  # warm-up
         fn()
@@ -84,11 +87,12 @@ def speed(n: int, mixer: str, pairs: int, rounds: int = 3) -> dict:
     for _ in range(rounds):
         for k, fn in timed.items():
             times[k].append(seconds(fn))
-    exact_s, grad_s, plain_s, forward_s = (statistics.median(times[k]) for k in timed)
+    exact_s, grad_s, mixer_s, plain_s, forward_s = (statistics.median(times[k]) for k in timed)
     return {"mixer": mixer, "pairs": pairs, "cells": len(cells), "sites": len(cells) // T, "T": T, "n": n,
             "exact s": exact_s, "gradient s": grad_s, "exact (forwards)": exact_s / forward_s,
-            "gradient (forwards)": grad_s / forward_s, "plain (forwards)": plain_s / forward_s,
-            "exact / gradient": exact_s / grad_s, "exact / plain": exact_s / plain_s}
+            "gradient (forwards)": grad_s / forward_s, "+mixer (forwards)": mixer_s / forward_s,
+            "plain (forwards)": plain_s / forward_s, "exact / gradient": exact_s / grad_s,
+            "exact / +mixer": exact_s / mixer_s, "exact / plain": exact_s / plain_s}
 
 
 def tiny(mixer: str, steps: int, cache: Path, keep: tuple[int, ...] = (200, 400, 600)) -> Path:
@@ -170,11 +174,11 @@ def agreement(runs: list[tuple[Path | str, int | None]], n: int, every_position:
     return pd.DataFrame(rows)
 
 
-def before_after(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: the plain estimate -> the corrected one (`correction="all"`)."""
+def before_after(table: pd.DataFrame, corrected: str = "all") -> pd.DataFrame:
+    """One row per run: the plain estimate -> the corrected one (`correction=corrected`)."""
     rows = []
     for run, g in table.groupby("run", sort=False):
-        before, after = g.set_index("correction").loc["none"], g.set_index("correction").loc["all"]
+        before, after = g.set_index("correction").loc["none"], g.set_index("correction").loc[corrected]
         arrow = lambda k, f: f"{before[k]:{f}} → {after[k]:{f}}"  # noqa: E731
         rows.append({"run": run, "test acc": f"{after['test acc']:.2f}", "effect": f"{after['effect']:.3f}",
                      "cells": after["cells"], "n": after["n"], "Spearman": arrow("spearman", ".2f"),
@@ -207,7 +211,8 @@ def main() -> None:
     if "speed" in args.parts:
         rows = [speed(args.n, m, p) for p in args.pairs for m in args.mixers]
         print(f"\nspeed: every site × every position of a 2-layer d = 64 model, key corrupted, {torch.get_num_threads()} threads "
-              f"(forwards: the time in plain forward passes of the model on the batch; gradient: with the corrections, plain: without):")
+              f"(forwards: the time in plain forward passes of the model on the batch; gradient: with the default corrections, "
+              f"+mixer: with `mixer` too, plain: without):")
         print(show(pd.DataFrame(rows)), flush=True)
     runs = {"agreement": [(r, None) for r in args.runs]} if "agreement" in args.parts else {}
     if "snapshots" in args.parts:
@@ -222,7 +227,8 @@ def main() -> None:
             table = agreement(dirs, args.n, every_position=every)
             print(show(table), flush=True)
             if args.markdown:
-                print("\nbefore → after:\n" + show(before_after(table)), flush=True)
+                for corrected in ("all", "all,mixer"):
+                    print(f"\nbefore → after ({corrected}):\n" + show(before_after(table, corrected)), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from torch import nn
 
 from mecheval.interventions import Cell, interchange, patch_cells
 from mecheval.interventions.engine import answer_scores
-from mecheval.interventions.corrections import attention_changes, attention_every
+from mecheval.interventions.corrections import CORRECTIONS, attention_changes, attention_every, parse_correction
 from mecheval.interventions.gradient import gradient_cells
 from mecheval.interventions.patching import verification
 from mecheval.models.mixers import MIXERS
@@ -202,6 +202,8 @@ def test_corrections_are_named(ar_task):
     with pytest.raises(ValueError, match="correction must be 'all', 'none' or among"):
         gradient_cells(lm, batch.tokens, batch.tokens, [Cell("layers.0.resid_pre", "key")], batch.roles, batch.answer,
                        batch.answer_pos, correction="softmax")
+    assert parse_correction("all") == ("answer", "attention", "tail")  # `mixer` is opt-in (docs/attribution-patching.md)
+    assert set(parse_correction("all,mixer")) == set(CORRECTIONS) and parse_correction("none") == ()
 
 
 def test_verify_patches_the_top_cells_exactly_and_reports_the_check(ar_task):

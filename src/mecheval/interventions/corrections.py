@@ -37,13 +37,16 @@ from mecheval.models.mixers.attention import Attention
 from mecheval.models.sites import attach
 
 CORRECTIONS = ("answer", "attention", "tail", "mixer")
+DEFAULT = ("answer", "attention", "tail")  # "all": `mixer` costs more than the estimate is for (opt-in: "all,mixer")
 
 
 def parse_correction(correction: str | Sequence[str]) -> tuple[str, ...]:
-    """"all" (every correction), "none", or names among CORRECTIONS (a sequence or comma-separated)."""
+    """"all" (the corrections in DEFAULT, `method="gradient"`'s default), "none", or names among CORRECTIONS
+    and "all" (a sequence or comma-separated: "all,mixer" is every correction)."""
     if isinstance(correction, str):
-        correction = {"all": CORRECTIONS, "none": ()}.get(correction, correction.split(","))
-    names = tuple(dict.fromkeys(c.strip() for c in correction if c.strip()))
+        correction = () if correction == "none" else correction.split(",")
+    names = [c.strip() for c in correction if c.strip()]
+    names = tuple(dict.fromkeys(n for c in names for n in (DEFAULT if c == "all" else (c,))))
     unknown = [c for c in names if c not in CORRECTIONS]
     if unknown:
         raise ValueError(f"correction must be 'all', 'none' or among {list(CORRECTIONS)}, got {unknown}")

@@ -13,7 +13,9 @@ saturates (a softmax near 0 or 1) or the patch moves the activation far (for Bas
 normaliser divides, too). By default (`correction="all"`) the probability is estimated through each
 answer's margin and mapped through the softmax exactly, a cell feeding an attention layer's queries
 and keys gets that layer's attention exactly, and the last block's position-wise cells are patched
-exactly (`corrections`); `correction="none"` is the plain estimate.
+exactly (`corrections`); `correction="none"` is the plain estimate, and `correction="all,mixer"` also
+runs each recurrent or convolutional mixer a cell feeds exactly (about one mixer pass per cell's input and
+positions: opt-in, it costs more than the estimate is meant to).
 Both are returned (`p_linear`, `logit_linear`: the plain one), so their gap can flag unreliable cells.
 `benchmarks/gradient_patching.py` measures the agreement with exact patching on trained runs.
 A state site (`models.states`) takes ∂m/∂(the tensor the state
