@@ -13,7 +13,7 @@ from torch import nn
 
 from mecheval.interventions import Cell, interchange, patch_cells
 from mecheval.interventions.engine import answer_scores
-from mecheval.interventions.corrections import CORRECTIONS, attention_changes, attention_every, parse_correction
+from mecheval.interventions.corrections import CORRECTIONS, attention_every, parse_correction
 from mecheval.interventions.gradient import gradient_cells
 from mecheval.interventions.patching import verification
 from mecheval.models.mixers import MIXERS
@@ -288,7 +288,10 @@ def test_attention_closed_form_equals_one_attention_per_position(read):
         g[:, :, :6] = 0
     u_new[:, 4] = u[:, 4]
     fast = attention_every(mixer, u, g)(u_new)  # [M, B, T]
-    slow = attention_changes(mixer, u, [torch.full((B, 1), t) for t in range(T)], [u_new[:, t : t + 1] for t in range(T)], g)
+    with torch.no_grad():  # one attention per position: its input at t alone set to u_new's
+        core = mixer.core(mixer.qkv(u))
+        slow = torch.stack([((mixer.core(mixer.qkv(torch.cat([u[:, :t], u_new[:, t : t + 1], u[:, t + 1 :]], 1))) - core) * g)
+                            .sum((-1, -2)) for t in range(T)])  # [T, M, B]
     assert slow.abs().max() > 1
     torch.testing.assert_close(fast, slow.permute(1, 2, 0), atol=1e-8, rtol=1e-8)
     assert (fast[:, :, 4] == 0).all()

@@ -13,7 +13,8 @@ attention  the attention pattern. For a cell that moves an attention layer's que
            Δ ≈ (x'_P − x_P) · ∂m/∂resid_mid_P (the residual path) + Σ_t Δcore_t · ∂m/∂core_out_t. For
            one position per example, in closed form for every position at once (`attention_every`: O(S T d),
            S the rows the metric reads, once per distinct input to the layer, with both runs' q, k, v
-           recorded in their forward passes); for several, one attention per cell.
+           recorded in their forward passes); for several, the layer runs once per distinct input and
+           positions, as in `mixer`.
 tail       the last block's position-wise part (`mixer_out` … `resid_post` of the last layer): its cells
            change the answer only where they sit at an answer position, through the MLP, the final norm and
            the head, all position-wise, so they are patched exactly there: one position-wise pass per site
@@ -107,8 +108,9 @@ def input_sites(layer: int, how: str) -> list[str]:
 
 
 def attention_sites(layer: int, how: str) -> list[str]:
-    """The sites the `attention` correction reads for (layer, how) of `attention_target`."""
-    return [*input_sites(layer, how), f"layers.{layer}.core_out"]
+    """The sites the `attention` correction reads for (layer, how) of `attention_target` (`mixer_sites` and
+    core_out)."""
+    return [*mixer_sites(layer, how), f"layers.{layer}.core_out"]
 
 
 def mixer_sites(layer: int, how: str) -> list[str]:
@@ -147,19 +149,19 @@ def projections(lm: LM, layers: Sequence[int]) -> dict[str, torch.nn.Module]:
 
 
 def attention_estimates(
-    lm: LM, layer: int, hows: Sequence[str], positions: Sequence[torch.Tensor], base, source, grad
+    lm: LM, layer: int, hows: Sequence[str], keys: Sequence[str], where, base, source, grad
 ) -> torch.Tensor:
     """The corrected first-order changes [C, M, B] of the cells feeding attention layer `layer`: cell c is
-    (hows[c] of `attention_target`, its positions positions[c] [B, K]). base, source: name -> [B, T, ...]
+    (hows[c] of `attention_target`, its positions where[keys[c]] [B, K]). base, source: name -> [B, T, ...]
     (`attention_sites`, `projections`); grad: name -> the metrics' gradients [M, B, T, D].
 
     Cells of one position per example read one closed form per distinct input to the layer
     (`attention_every`, all at once: `resid_pre` and `mixer_in` cells share the source run's); cells of several
-    positions run the layer's attention once each (`attention_changes`). The residual path adds
-    (x'_P − x_P) · ∂m/∂resid_mid_P."""
+    positions run the layer once per distinct input, as any mixer (`mixer_estimates`). The residual path
+    adds (x'_P − x_P) · ∂m/∂resid_mid_P."""
+    positions = [where[k] for k in keys]
     mixer, name = lm.layers[layer].mixer, f"layers.{layer}"
     u_base, x_base, g_mid = base[f"{name}.mixer_in"], base[f"{name}.resid_pre"], grad[f"{name}.resid_mid"]
-    rows = torch.arange(u_base.shape[0], device=u_base.device)[:, None]
     out = g_mid.new_empty(len(hows), *g_mid.shape[:2])  # [C, M, B]
     multi = [c for c, pos in enumerate(positions) if pos.shape[1] > 1]
     single = [c for c, pos in enumerate(positions) if pos.shape[1] == 1]
@@ -179,12 +181,7 @@ def attention_estimates(
         at = torch.cat([positions[c] for c in group], 1)  # [B, cells]
         out[group] = every.gather(-1, at.expand(len(every), -1, -1)).permute(2, 0, 1)
     if multi:
-        pos = [positions[c] for c in multi]
-        patched = [patched_inputs(lm, layer, hows[c], p, base, source) for c, p in zip(multi, pos)]
-        out[multi] = attention_changes(mixer, u_base, pos, [u for _, u in patched], grad[f"{name}.core_out"])
-        for c, p, (x, _) in zip(multi, pos, patched):
-            if x is not None:  # the residual path: the input's change at the cell's positions, read at resid_mid
-                out[c] += ((x - x_base[rows, p]) * g_mid[:, rows, p]).sum((-1, -2))
+        out[multi] = mixer_estimates(lm, layer, [hows[c] for c in multi], [keys[c] for c in multi], where, base, source, grad)
     return out
 
 
@@ -265,37 +262,12 @@ def _without_each(x: torch.Tensor) -> torch.Tensor:
     return prefix + suffix
 
 
-def attention_changes(
-    mixer: Attention, u_base: torch.Tensor, positions: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
-    g_core: torch.Tensor,
-) -> torch.Tensor:
-    """Σ_t (core'_t − core_t) · g_t for each cell and each gradient g [B, T, D] in `g_core` [M, B, T, D]:
-    [C, M, B].
-
-    u_base: the attention's input (site `mixer_in`) [B, T, D]; core' is the attention with the input at the
-    cell's positions positions[c] [B, K] set to values[c] [B, K, D]: one attention per cell, for cells of
-    several positions (`attention_every` takes those of one)."""
-    B, T, D = u_base.shape
-    rows = torch.arange(B, device=u_base.device)[:, None]
-    qkv_base = mixer.qkv(u_base)  # [B, T, 3D]
-    core_base = mixer.core(qkv_base)
-    step = max(1, TOKEN_BUDGET // (B * T))
-    out = []
-    for lo in range(0, len(positions), step):
-        part = list(zip(positions[lo : lo + step], values[lo : lo + step]))
-        qkv = qkv_base.repeat(len(part), 1, 1).view(-1, B, T, 3 * D)
-        for i, (pos, v) in enumerate(part):
-            qkv[i, rows, pos] = mixer.qkv(v)
-        change = mixer.core(qkv.flatten(0, 1)).view(-1, 1, B, T, D) - core_base  # [c, 1, B, T, D]
-        out.append((change * g_core).sum((-1, -2)))  # [c, M, B]
-    return torch.cat(out)
-
-
 def mixer_estimates(
     lm: LM, layer: int, hows: Sequence[str], keys: Sequence[str], where, base, source, grad
 ) -> torch.Tensor:
-    """The corrected first-order changes [C, M, B] of the cells feeding the (non-attention) mixer of layer
-    `layer`: cell c is (hows[c] of `mixer_target`, its positions where[keys[c]] [B, K]). base, source: name ->
+    """The corrected first-order changes [C, M, B] of the cells feeding the mixer of layer `layer` (the
+    `mixer` correction; attention's cells of several positions): cell c is (hows[c] of `feeding_target`, its
+    positions where[keys[c]] [B, K]). base, source: name ->
     [B, T, D] (`mixer_sites`); grad: name -> the metrics' gradients [M, B, T, D].
 
     The mixer runs exactly on the patched run's input (`patched_inputs` at the cell's positions, the base

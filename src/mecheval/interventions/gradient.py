@@ -107,8 +107,8 @@ def gradient_cells(
         base_acts = {n: acts[n].detach() for n in inner | set(watched)}
         for layer in layers:
             idx = [i for i, c in enumerate(cells) if targets[c] is not None and targets[c][0] == layer]
-            fixed[idx] = attention_estimates(lm, layer, [targets[cells[i]][1] for i in idx],
-                                             [where[cells[i].position] for i in idx], base_acts, src, grad_of)
+            fixed[idx] = attention_estimates(lm, layer, [targets[cells[i]][1] for i in idx], [cells[i].position for i in idx],
+                                             where, base_acts, src, grad_of)
         for layer in mixer_layers:
             idx = [i for i, c in enumerate(cells) if feeds[c] is not None and feeds[c][0] == layer]
             fixed[idx] = mixer_estimates(lm, layer, [feeds[cells[i]][1] for i in idx], [cells[i].position for i in idx],
