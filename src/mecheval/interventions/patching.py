@@ -58,7 +58,7 @@ def interchange(
     reach (`artefact.subsets`; `mechanism` reads `outside`); a mapping name -> bool mask [B]; or None: `all` only.
     method: "exact" (one patched run per cell) or "gradient" (attribution patching: every cell's
     first-order estimate from one forward per input and one backward; `gradient.gradient_cells`);
-    the column `method` says which; `correction` names its AtP* corrections ("all", "none", …:
+    the column `method` says which; `correction` names its AtP* corrections ("all", "none", "all,mixer", …:
     `gradient.gradient_cells`) and `verify=K` patches the K cells with the highest estimated attribution
     (over the whole batch) exactly (`verify_cells`). A gradient table adds `verified` (the row is exact),
     `attrib_estimate` (the estimate's attribution) and `error_budget` (verified: |exact − estimate|;
