@@ -267,8 +267,8 @@ def mixer_estimates(
 ) -> torch.Tensor:
     """The corrected first-order changes [C, M, B] of the cells feeding the mixer of layer `layer` (the
     `mixer` correction; attention's cells of several positions): cell c is (hows[c] of `feeding_target`, its
-    positions where[keys[c]] [B, K]). base, source: name ->
-    [B, T, D] (`mixer_sites`); grad: name -> the metrics' gradients [M, B, T, D].
+    positions where[keys[c]] [B, K]). base, source: name -> [B, T, D] (`mixer_sites`); grad: name -> the
+    metrics' gradients [M, B, T, D].
 
     The mixer runs exactly on the patched run's input (`patched_inputs` at the cell's positions, the base
     run's elsewhere), once per distinct input and positions (`resid_pre` and `mixer_in` cells share the
