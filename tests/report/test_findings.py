@@ -4,6 +4,7 @@ it, `not run` without the architectures it names."""
 import pandas as pd
 import pytest
 
+from mecheval.models.presets import ARCHITECTURES
 from mecheval.report.findings import FINDINGS
 
 
@@ -27,15 +28,16 @@ CASES = {  # finding: (rows that reproduce it, rows that do not)
                             runs(("attention", 1.0, DIR, 0.0, 1.0, 0.0, 0.25))),
     "based_induction": (runs(("based", 0.99, IND, 0.95, 0.0, 0.0, 0.25)), runs(("based", 0.5, IND, 0.95, 0.0, 0.0, 0.25))),
     "mamba_direct": (runs(("mamba", 0.9, DIR, 0.0, 0.6, 0.4, 0.25)), runs(("mamba", 0.9, IND, 0.9, 0.0, 0.0, 0.25))),
-    "mamba_noconv_fails": (runs(("mamba (d_conv 0)", 0.26, NL, 0.3, 0.0, 0.9, 0.25), ("mamba (d_conv 1)", 0.27, NL, 0, 0, 0, 0.25)),
-                           runs(("mamba (d_conv 0)", 0.26, NL, 0.3, 0.0, 0.9, 0.25), ("mamba (d_conv 1)", 0.9, DIR, 0, 1, 0, 0.25))),
+    "mamba_noconv_fails": (runs(("mamba (d_conv 0)", 0.26, NL, 0.3, 0.0, 0.9, 0.25), ("mamba (d_conv 1)", 0.9, DIR, 0, 1, 0, 0.25)),
+                           runs(("mamba (d_conv 0)", 0.9, DIR, 0, 1, 0, 0.25), ("mamba (d_conv 1)", 0.27, NL, 0, 0, 0, 0.25))),
+    "mamba_conv1_fails": (runs(("mamba (d_conv 1)", 0.27, NL, 0, 0, 0, 0.25)), runs(("mamba (d_conv 1)", 0.9, DIR, 0, 1, 0, 0.25))),
     "based_long_fails": (runs(("based (d_conv long)", 0.25, NL, 0, 0, 0, 0.25)), runs(("based (d_conv long)", 0.9, IND, 1, 0, 0, 0.25))),
     "h3_hyena_poor": (runs(("h3", 0.02, NL, 0, 0, 0, 0.25), ("hyena", 0.3, DIR, 0, 1, 0, 0.25)),
                       runs(("h3", 0.93, DIR, 0, 0.3, 0.6, 0.25), ("hyena", 0.3, DIR, 0, 1, 0, 0.25))),
     "atr_storage": (with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("based", 0.8, IND, 0.95, 0, 0, 0.05),
                                  ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("h3", 0.8, DIR, 0.03, 0.5, 0.5, 0.05))),
                     with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("mamba", 0.9, "mixed", 0.5, 0.2, 0.3, 0.05)))),
-    "one_layer_fails": (runs(("attention (1 layer)", 0.05, NL, 0, 0, 0, 0.0), ("h3 (1 layer)", 0.2, NL, 0, 0, 0, 0.0)),
+    "one_layer_fails": (runs(*((f"{a} (1 layer)", 0.05, NL, 0, 0, 0, 0.0) for a in ARCHITECTURES if a != "mamba")),
                         runs(("attention (1 layer)", 0.05, NL, 0, 0, 0, 0.0), ("based (1 layer)", 0.9, IND, 1, 0, 0, 0.0))),
     "one_layer_mamba": (runs(("mamba (1 layer)", 0.85, DIR, 0, 1, 0, 0.0)), runs(("mamba (1 layer)", 0.3, NL, 0, 0, 0, 0.0))),
     "three_layers_learn": (runs(("attention (3 layers)", 1.0, IND, 1, 0, 0, 0.0), ("based (3 layers)", 0.99, IND, 1, 0, 0, 0.0)),
@@ -110,6 +112,14 @@ def test_finding_reproduces_only_where_the_rows_show_it(finding):
     assert check(shows).status == "reproduced"
     assert check(breaks).status == "not reproduced"
     assert check(runs(("deltanet", 1.0, DIR, 0, 0, 1, 0.25))).status == "not run"
+
+
+def test_a_claim_about_several_architectures_is_not_reproduced_by_some_of_them():
+    """Attention with 3 layers learning does not reproduce "attention and Based learn with 3 layers" alone."""
+    check = FINDINGS["three_layers_learn"].check
+    result = check(runs(("attention (3 layers)", 1.0, IND, 1, 0, 0, 0.0)))
+    assert result.status == "inconclusive" and "not run: based (3 layers)" in result.evidence
+    assert check(runs(("based (3 layers)", 0.5, IND, 1, 0, 0, 0.0))).status == "not reproduced"  # a failure decides
 
 
 def test_failing_is_decided_by_the_accuracy_interval():

@@ -73,16 +73,21 @@ def _describe(row: pd.Series) -> str:
 
 
 def _each(archs: list[str], test: Callable[[pd.Series], bool | None]) -> Callable[[pd.DataFrame], Outcome]:
-    """Reproduced where every run of the named architectures passes `test`; not reproduced where one
-    decidedly fails; inconclusive where none fails but one is undecided (`test` gives None: an interval
-    straddles a threshold). The evidence counts the runs of each kind."""
+    """Reproduced where every named architecture ran and each of its runs passes `test`; not reproduced
+    where one run decidedly fails; inconclusive where none fails but one is undecided (`test` gives None: an
+    interval straddles a threshold) or a named architecture did not run (the claim is about all of them).
+    The evidence counts the runs of each kind and names the architectures that did not run."""
 
     def check(df: pd.DataFrame) -> Outcome:
         rows = df[df["arch"].isin(archs)]
         if rows.empty:
             return Outcome("not run", f"no runs of {', '.join(archs)}")
         results = [test(r) for _, r in rows.iterrows()]
-        return Outcome(_status(results), _tally(results) + "; ".join(_describe(r) for _, r in rows.iterrows()))
+        missing = [a for a in archs if a not in set(rows["arch"])]
+        evidence = _tally(results) + "; ".join(_describe(r) for _, r in rows.iterrows())
+        if missing:
+            evidence += f"; not run: {', '.join(missing)}"
+        return Outcome(_status(results + [None] * bool(missing)), evidence)
 
     return check
 
@@ -258,8 +263,10 @@ FINDINGS: dict[str, Finding] = {
                 "(\"Mamba does implement induction … via short convolutions\"): patching one conv output after "
                 "the key restores >= 0.5, and zeroing that layer's conv taps of lag >= 1 leaves accuracy at chance.",
                 _conv_forms, ("mamba",)),
-        each("mamba_noconv_fails", "Mamba with d_conv 0 or 1 fails AR (accuracy near chance).",
-             ["mamba (d_conv 0)", "mamba (d_conv 1)"], _near_chance),
+        each("mamba_noconv_fails", "Mamba without its short convolution (d_conv 0) fails AR (accuracy near chance).",
+             ["mamba (d_conv 0)"], _near_chance),
+        each("mamba_conv1_fails", "Mamba with d_conv 1 (a conv without lagged taps) fails AR (accuracy near chance).",
+             ["mamba (d_conv 1)"], _near_chance),
         each("based_long_fails", "Based with a long convolution in place of its short one fails AR.",
              ["based (d_conv long)"], _near_chance),
         each("h3_hyena_poor", f"H3 and Hyena do poorly on AR (accuracy < {POOR_ACC:g}).", ["h3", "hyena"], _low),
