@@ -404,11 +404,11 @@ def _formed(best: pd.DataFrame, evidence: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def study_findings(study_dir: str | Path, seeds: list[int] | None = None) -> dict[str, Outcome]:
+def study_findings(study_dir: str | Path, seeds: list[int] | None = None, table: pd.DataFrame | None = None) -> dict[str, Outcome]:
     """finding id -> its outcome on the study's best-learning-rate runs (of `seeds` only where given), for the
-    findings the study checks."""
+    findings the study checks; `table`: the study's `study_table`, where the caller has read it already."""
     study_dir = Path(study_dir)
-    df = study_table(study_dir)
+    df = study_table(study_dir) if table is None else table
     best = df[df["best_lr"] & (df["seed"].isin(seeds) if seeds is not None else True)]
     return {f: FINDINGS[f].check(best) for f in _meta(study_dir).get("findings", [])}
 

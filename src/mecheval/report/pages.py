@@ -172,8 +172,8 @@ def rounding_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     seeds = [int(args["seed"])] if "seed" in args else None
     rows = []
     for study in chosen:
-        found = study_findings(root / study, seeds)
         best = _table(str(root / study), False)
+        found = study_findings(root / study, seeds, best)
         mamba = best[best["best_lr"] & (best["arch"] == "mamba") & (best["seed"].isin(seeds) if seeds else True)]
         cells = [e for d in mamba["run_dir"] if (e := conv_evidence(d))]
         rows.append({"study": f"`{study}`", **{f"`{f}`": o.status for f, o in found.items()},
