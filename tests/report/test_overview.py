@@ -55,7 +55,7 @@ def test_overview_text_says_what_disagrees_and_which_findings_fail():
 
 def test_overview_text_names_the_inconclusive_findings_apart():
     text = overview_text(pd.DataFrame(ROWS), FORMED, [("A holds.", "reproduced"), ("B holds.", "inconclusive")])
-    assert text.endswith("1 of 2 published findings checked here reproduce. Inconclusive (an interval spans the threshold): B holds.")
+    assert text.endswith("1 of 2 published findings checked here reproduce. Inconclusive (an interval spans the threshold, or an architecture the claim names has not run): B holds.")
 
 
 def test_no_findings_sentence_when_none_was_checked():

@@ -31,7 +31,7 @@ EVAL_N = "eval.size"  # the test examples behind `acc` where a run has no interv
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # "reproduced" | "not reproduced" | "inconclusive" (an interval spans the threshold) | "not run"
+    status: str  # "reproduced" | "not reproduced" | "inconclusive" (an interval spans the threshold, or an architecture the claim names has not run) | "not run"
     evidence: str
 
 

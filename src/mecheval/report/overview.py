@@ -143,5 +143,5 @@ def overview_text(summary: pd.DataFrame, formed: dict[str, dict], findings: list
         parts.append(f"{held} of {len(done)} published findings checked here reproduce"
                      + (f"; not: {' '.join(missed)}" if missed else "."))
         if open_:
-            parts.append(f"Inconclusive (an interval spans the threshold): {' '.join(open_)}")
+            parts.append(f"Inconclusive (an interval spans the threshold, or an architecture the claim names has not run): {' '.join(open_)}")
     return " ".join(parts)
