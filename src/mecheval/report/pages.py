@@ -249,7 +249,7 @@ def _task_line(study: Path) -> str:
     widths = sorted(df["model.d_model"].dropna().astype(int).unique())
     return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layer{'' if layers == [1] else 's'} of width "
             f"{'/'.join(map(str, widths))}; "
-            f"{len(df[df['status'] == 'done'])} finished runs.")
+            f"{(done := int((df['status'] == 'done').sum()))} finished run{'' if done == 1 else 's'}.")
 
 
 # ---- accuracy against width -------------------------------------------------------------------------
