@@ -27,7 +27,8 @@ mixer      a recurrent or convolutional mixer's gates and Δ's softplus. For a c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,11 @@ def answer_margins(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
     logit = logits.gather(-1, answer[..., None])[..., 0]
     others = logits.scatter(-1, answer[..., None], float("-inf"))
     return logit - others.logsumexp(-1)
+
+
+# how (`feeding_target`) -> the name of the mixer input it gives: `resid_pre` and `mixer_in` cells both give
+# the source run's, so the mixer runs once for both
+SHARED_INPUT = {"resid_pre": "source", "mixer_in": "source"}
 
 
 def feeding_target(lm: LM, cell: Cell) -> tuple[int, str] | None:
@@ -165,7 +171,7 @@ def attention_estimates(
     out = g_mid.new_empty(len(hows), *g_mid.shape[:2])  # [C, M, B]
     multi = [c for c, pos in enumerate(positions) if pos.shape[1] > 1]
     single = [c for c, pos in enumerate(positions) if pos.shape[1] == 1]
-    shared = {"resid_pre": "source", "mixer_in": "source"}  # how -> its mixer input's name (the same u')
+    shared = SHARED_INPUT
     residual, inputs = {}, {}  # how -> the layer's input x' (None: mixer_in); the distinct mixer inputs u'
     for how in dict.fromkeys(hows[c] for c in single):
         residual[how], u = patched_inputs(lm, layer, how, None, base, source)
@@ -280,7 +286,7 @@ def mixer_estimates(
     g_mid = grad[f"{name}.resid_mid"]  # [M, B, T, D]
     B, T, _ = u_base.shape
     rows = torch.arange(B, device=u_base.device)[:, None]
-    shared = {"resid_pre": "source", "mixer_in": "source"}  # how -> its mixer input's name (the same u')
+    shared = SHARED_INPUT
     distinct = list(dict.fromkeys(zip(hows, keys)))  # (how, positions): the residual path's change
     run_of = {d: i for i, d in enumerate(dict.fromkeys((shared.get(how, how), key) for how, key in distinct))}
     residual = g_mid.new_zeros(len(distinct), *g_mid.shape[:2])  # [C', M, B]
@@ -311,6 +317,20 @@ def mixer_estimates(
             tiles, size = [], 0
     cell = {d: i for i, d in enumerate(distinct)}
     return moved[[run_of[shared.get(h, h), k] for h, k in zip(hows, keys)]] + residual[[cell[d] for d in zip(hows, keys)]]
+
+
+class Feeding(NamedTuple):
+    """A correction of the cells that feed a mixer: which cells (`target`: (layer, how) or None), the sites it
+    reads for one (`sites`), the gradients it reads at that layer (`grads`), and its estimates [C, M, B]."""
+
+    target: Callable[[LM, Cell], tuple[int, str] | None]
+    sites: Callable[[int, str], list[str]]
+    grads: tuple[str, ...]
+    estimates: Callable[..., torch.Tensor]
+
+
+FEEDING = {"attention": Feeding(attention_target, attention_sites, ("resid_mid", "core_out"), attention_estimates),
+           "mixer": Feeding(mixer_target, mixer_sites, ("resid_mid",), mixer_estimates)}
 
 
 def in_tail(lm: LM, cell: Cell) -> bool:

@@ -31,8 +31,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from mecheval.interventions.corrections import (
-    answer_margins, attention_estimates, attention_sites, attention_target, in_tail, mixer_estimates, mixer_sites,
-    mixer_target, parse_correction, projections, tail_scores, tail_sites,
+    FEEDING, answer_margins, in_tail, parse_correction, projections, tail_scores, tail_sites,
 )
 from mecheval.interventions.engine import Cell, _as_2d, _run, answer_scores, one_position
 from mecheval.models.lm import LM
@@ -60,12 +59,11 @@ def gradient_cells(
     answer, answer_pos = _as_2d(answer), _as_2d(answer_pos)
     where = {k: _as_2d(v) for k, v in where.items()}
     sites = lm.sites()
-    targets = {c: attention_target(lm, c) for c in cells} if "attention" in fixes else {}
-    layers = sorted({t[0] for t in targets.values() if t is not None})
-    inner = {n for t in targets.values() if t is not None for n in attention_sites(*t)}
-    feeds = {c: mixer_target(lm, c) for c in cells} if "mixer" in fixes else {}
-    mixer_layers = sorted({t[0] for t in feeds.values() if t is not None})
-    inner |= {n for t in feeds.values() if t is not None for n in mixer_sites(*t)}
+    # cell -> (the correction of the mixer it feeds, that layer, how): attention's and the other mixers' are disjoint
+    targets = {c: (fix, *t) for fix, feeding in FEEDING.items() if fix in fixes
+               for c in cells if (t := feeding.target(lm, c)) is not None}
+    layers = sorted({layer for fix, layer, _ in targets.values() if fix == "attention"})
+    inner = {n for fix, layer, how in targets.values() for n in FEEDING[fix].sites(layer, how)}
     tail = [i for i, c in enumerate(cells) if in_tail(lm, c)] if "tail" in fixes else []
     inner |= set(tail_sites(lm)) if tail else set()
     names = sorted({c.site for c in cells} | inner)
@@ -101,18 +99,13 @@ def gradient_cells(
                 changes[n] = torch.stack([(diff * gm).flatten(2).sum(-1) for gm in g])  # a site may carry [B, T, ...]
         plain = _per_cell(changes, cells, where)  # [C, M, B]
         fixed = plain.clone()
-        read = {f"layers.{i}.{k}" for i in layers for k in ("resid_mid", "core_out")}  # the gradients the corrections read
-        read |= {f"layers.{i}.resid_mid" for i in mixer_layers}
+        read = {f"layers.{layer}.{k}" for fix, layer, _ in targets.values() for k in FEEDING[fix].grads}  # the corrections' gradients
         grad_of = {n: torch.stack(g) for n, g in zip(names, grads) if n in read}  # [M, B, T, D] each
         base_acts = {n: acts[n].detach() for n in inner | set(watched)}
-        for layer in layers:
-            idx = [i for i, c in enumerate(cells) if targets[c] is not None and targets[c][0] == layer]
-            fixed[idx] = attention_estimates(lm, layer, [targets[cells[i]][1] for i in idx], [cells[i].position for i in idx],
-                                             where, base_acts, src, grad_of)
-        for layer in mixer_layers:
-            idx = [i for i, c in enumerate(cells) if feeds[c] is not None and feeds[c][0] == layer]
-            fixed[idx] = mixer_estimates(lm, layer, [feeds[cells[i]][1] for i in idx], [cells[i].position for i in idx],
-                                         where, base_acts, src, grad_of)
+        for fix, layer in dict.fromkeys((fix, layer) for fix, layer, _ in targets.values()):
+            idx = [i for i, c in enumerate(cells) if c in targets and targets[c][:2] == (fix, layer)]
+            fixed[idx] = FEEDING[fix].estimates(lm, layer, [targets[cells[i]][2] for i in idx],
+                                                [cells[i].position for i in idx], where, base_acts, src, grad_of)
         p_base, logit_base = p_base.detach(), logit_base.detach()
         if "answer" in fixes:
             mu, slope = margins.detach(), margins.detach().sigmoid() * (-margins.detach()).sigmoid()  # [B, Q]: σ'(μ)

@@ -408,9 +408,13 @@ def study_findings(study_dir: str | Path, seeds: list[int] | None = None, table:
     """finding id -> its outcome on the study's best-learning-rate runs (of `seeds` only where given), for the
     findings the study checks; `table`: the study's `study_table`, where the caller has read it already."""
     study_dir = Path(study_dir)
-    df = study_table(study_dir) if table is None else table
-    best = df[df["best_lr"] & (df["seed"].isin(seeds) if seeds is not None else True)]
+    best = best_runs(study_table(study_dir) if table is None else table, seeds)
     return {f: FINDINGS[f].check(best) for f in _meta(study_dir).get("findings", [])}
+
+
+def best_runs(table: pd.DataFrame, seeds: list[int] | None = None) -> pd.DataFrame:
+    """The rows of a `study_table` at each architecture's best learning rate, of `seeds` only where given."""
+    return table[table["best_lr"] & (table["seed"].isin(seeds) if seeds is not None else True)]
 
 
 def wall_time_line(meta: dict) -> str:

@@ -34,7 +34,7 @@ import pandas as pd
 
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
-from mecheval.report.build import state_table, study_findings, summarise
+from mecheval.report.build import best_runs, state_table, study_findings, summarise
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.results import study_table
@@ -174,7 +174,7 @@ def rounding_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     for study in chosen:
         best = _table(str(root / study), False)
         found = study_findings(root / study, seeds, best)
-        mamba = best[best["best_lr"] & (best["arch"] == "mamba") & (best["seed"].isin(seeds) if seeds else True)]
+        mamba = best_runs(best, seeds).query("arch == 'mamba'")
         cells = [e for d in mamba["run_dir"] if (e := conv_evidence(d))]
         rows.append({"study": f"`{study}`", **{f"`{f}`": o.status for f, o in found.items()},
                      "Mamba's conv cell": "; ".join(f"L{e['layer']} key+{e['offset']} {e['attrib']:.2f} [{e['lo']:.2f}, "
