@@ -16,14 +16,20 @@ KINDs:
     widths      accuracy against width (`widths.py`: the figure and the table compared with the published
                 values) of every study matching as `studies` does whose best-learning-rate runs span several
                 widths (a `studies` section shows it too)
+    pooled      the studies matching (`name=NAME task=… scale=GLOB preset=…`) read as one (`pooled.py`): per
+                architecture, seeds over all of them, accuracy and attributions beside the published values,
+                the box figure of @key / @value / @query with the published medians, and accuracy against
+                width where the pool spans widths (docs/figures/pooled/NAME.csv and .png, NAME-widths.*)
 
-`write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv and, per
-study spanning several widths, docs/figures/widths/SCALE-NAME.csv);
+Studies are selected by `study=DIR`, or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
+`write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv, per
+study spanning several widths docs/figures/widths/SCALE-NAME.csv, per pool docs/figures/pooled/NAME*.csv);
 `stale_pages(root)` names what differs from the files now (the test that keeps the pages true).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import os
@@ -37,6 +43,7 @@ from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import best_runs, state_table, study_findings, summarise
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
+from mecheval.report.pooled import attribution_runs, pooled_summary, pooled_table, published_medians
 from mecheval.report.results import study_table
 from mecheval.report.timelines import formation_steps, timeline_table
 from mecheval.report.widths import RULE, readable_widths, spans_widths, width_table
@@ -52,6 +59,7 @@ FIGURE_DIR = Path("docs/figures")
 FIGURE_DATA = FIGURE_DIR / "study.csv"  # the study figure's numbers: checked like a page
 FIGURE_PNG = FIGURE_DIR / "study.png"
 WIDTH_DIR = FIGURE_DIR / "widths"  # per study spanning several widths: SCALE-NAME.csv (checked like a page) and .png
+POOL_DIR = FIGURE_DIR / "pooled"  # per `pooled` block: NAME.csv (the box figure's runs) and NAME-widths.csv, with .png
 
 
 class PageError(ValueError):
@@ -284,6 +292,78 @@ def widths_block(root: Path, args: dict[str, str], page: Path) -> str:
     return "\n".join(filter(None, sections)) or "(no study here spans several widths yet)"
 
 
+# ---- several studies read as one ----------------------------------------------------------------------
+
+POOL_FIGURES = {"boxes": "", "widths": "-widths"}  # figure -> its files' suffix after NAME
+
+
+def _pool_name(args: dict[str, str], page: Path) -> str:
+    name = args.get("name", "")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        raise PageError(f"{page}: generated block 'pooled {_args(args)}': name=NAME (lower-case letters, digits "
+                        "and '-') names its figures")
+    return name
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(root: Path, chosen: tuple[Path, ...]) -> pd.DataFrame:
+    return pooled_table([root / s for s in chosen])
+
+
+def pool_files(name: str, figure: str) -> tuple[Path, Path]:
+    """(CSV, PNG) of a pooled block's figure (`boxes` or `widths`), relative to the repository."""
+    stem = POOL_DIR / f"{name}{POOL_FIGURES[figure]}"
+    return stem.with_suffix(".csv"), stem.with_suffix(".png")
+
+
+def pool_data(root: Path, args: dict[str, str], page: Path) -> tuple[list[Path], pd.DataFrame, dict[str, pd.DataFrame]]:
+    """A pooled block's studies, `pooled.pooled_table` of them, and figure -> its data: `boxes` (the per-run
+    attributions, where a learned run was intervened on) and `widths` (`width_table`, where the best runs
+    span several widths)."""
+    chosen = _chosen(root, "pooled", args, page)
+    try:
+        df = _pool(root, tuple(chosen))
+    except ValueError as e:
+        raise PageError(f"{page}: generated block 'pooled {_args(args)}': {e}") from None
+    data = {}
+    runs = attribution_runs(df)
+    if (runs["verdict"] != "not learned").any():
+        data["boxes"] = runs
+    summary = summarise(df)
+    if spans_widths(summary):
+        data["widths"] = width_table(summary, df)
+    return chosen, df, data
+
+
+def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
+    name = _pool_name(args, page)
+    chosen, df, data = pool_data(root, args, page)
+    done = int((df["status"] == "done").sum())
+    out = [f"The runs of {', '.join(f'`{s}`' for s in chosen)} read as one study: {done} finished runs (a run "
+           "committed in more than one study counted once), the best learning rate per architecture chosen over "
+           "all of them. Accuracy outside the conv reach where intervened on, attributions at the verdict's read "
+           "point: means over seeds with 95% intervals (t over seeds; one seed: its own), the published median "
+           f"in brackets. Compared by intervals: {RULE}.", "", _markdown(pooled_summary(df).to_dict("records")), ""]
+    captions = {"boxes": "@key / @value / @query per architecture, one point per run (a box from 3 runs), the published "
+                         "medians as black ticks",
+                "widths": "Accuracy against width, ours solid with 95% intervals, published dashed"}
+    for figure in data:
+        png = os.path.relpath(pool_files(name, figure)[1], page.parent).replace(os.sep, "/")
+        out += [f"![{captions[figure]}]({png})", ""]
+    return "\n".join(out)
+
+
+def pooled_specs(root: Path) -> list[tuple[Path, dict[str, str]]]:
+    """(page, arguments) of every `pooled` block of the pages."""
+    found = []
+    for page in pages(root):
+        for m in BLOCK.finditer((root / page).read_text()):
+            kind, args = _spec(m["spec"], page)
+            if kind == "pooled":
+                found.append((page, args))
+    return found
+
+
 def study_section(root: Path, study: Path, page: Path) -> str:
     """A study's heading, what it ran, its findings, its runs and, where computed, the readouts beyond
     the verdict."""
@@ -343,8 +423,9 @@ def _chosen(root: Path, kind: str, args: dict[str, str], page: Path) -> list[Pat
 def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
     if "study" in args:
         return study == Path(args["study"])
-    return (args.get("scale", study.parent.name) == study.parent.name
-            and args.get("task", _task(root / study)) == _task(root / study))
+    return (fnmatch.fnmatchcase(study.parent.name, args.get("scale", "*"))
+            and args.get("task", _task(root / study)) == _task(root / study)
+            and ("preset" not in args or _meta(root / study).get("preset") in args["preset"].split(",")))
 
 
 def _args(args: dict[str, str]) -> str:
@@ -446,6 +527,8 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = published_block(args, page)
     elif kind == "widths":
         body = widths_block(root, args, page)
+    elif kind == "pooled":
+        body = pooled_block(root, args, page)
     elif kind == "rounding":
         body = _markdown(rounding_rows(root, args, page))
     elif kind == "costs":
@@ -454,7 +537,7 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
         body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
     else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, costs, rounding)")
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, pooled, costs, rounding)")
     return body.rstrip() + "\n"
 
 
@@ -476,6 +559,9 @@ def generate(root: Path) -> dict[Path, str]:
         table = widths_data(root, study)
         if table is not None:
             out[width_files(study)[0]] = table.to_csv(index=False, float_format="%.4f")
+    for page, args in pooled_specs(root):
+        for figure, table in pool_data(root, args, page)[2].items():
+            out[pool_files(_pool_name(args, page), figure)[0]] = table.to_csv(index=False, float_format="%.4f")
     return out
 
 
@@ -506,7 +592,21 @@ def write_pages(root: Path) -> list[Path]:
         if (root / data).exists() and (data in changed or not (root / png).exists()):
             draw_widths(pd.read_csv(root / data), root / png)
             changed.append(png)
+    for page, args in pooled_specs(root):
+        for figure in POOL_FIGURES:
+            data, png = pool_files(_pool_name(args, page), figure)
+            if (root / data).exists() and (data in changed or not (root / png).exists()):
+                (draw_widths if figure == "widths" else draw_boxes)(pd.read_csv(root / data), root / png)
+                changed.append(png)
     return changed
+
+
+def draw_boxes(runs: pd.DataFrame, path: Path) -> None:
+    """`figures.boxes_figure` of `pooled.attribution_runs`' table (read back from its CSV) at `path`."""
+    from mecheval.report.figures import boxes_figure, colours
+    from mecheval.report.study_figure import save_figure
+
+    save_figure(boxes_figure(runs, colours(list(dict.fromkeys(runs["arch"]))), published_medians(runs)), path)
 
 
 def draw_widths(table: pd.DataFrame, path: Path) -> None:

@@ -105,6 +105,6 @@ def save_figure(fig, path: Path) -> None:
     """`fig` as a PNG at `path` (folders made; no software stamp, so a redraw of the same data is the same
     file), optimised (`figures.optimise_png_file`); the figure is closed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=96, metadata={"Software": None})
+    fig.savefig(path, dpi=96, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     optimise_png_file(path)

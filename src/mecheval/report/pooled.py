@@ -1,0 +1,110 @@
+"""Several studies' runs read as one (`mecheval pages`' `pooled` block): the study's own tables, across the
+studies that ran its parts separately (seeds added later, one width per study, another rate).
+
+`pooled_table` is the runs (a run committed in several studies counted once, the best learning rate chosen
+over all of them); `pooled_summary` its rows per architecture (width, grammar) beside the published
+accuracy and attribution medians, compared by intervals; `attribution_runs` the per-run attributions
+the box figure (`figures.boxes_figure`) draws, with the published medians, as one table that a CSV keeps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from mecheval.report.build import summarise
+from mecheval.report.compare import compare_accuracy, published_attribution, published_interval
+from mecheval.report.figures import POSITIONS
+from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
+from mecheval.report.results import study_table
+from mecheval.sweeps.table import SEED, best_lr, collect
+
+STUDY = "study"  # the column naming the study a pooled run was read from
+
+
+def _config_columns(raw: pd.DataFrame) -> list[str]:
+    return [c for c in raw.columns if c not in ("name", "status") and not c.startswith("summary.")]
+
+
+def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
+    """`results.study_table` rows of every study in `study_dirs` (in that order), with `study` (its path)
+    added: a run whose config another study already holds (the same run committed twice, e.g. read again
+    beside other architectures) is kept once, from the first study; `best_lr` is chosen anew over all of
+    them (`sweeps.table.best_lr`), so that seeds run in another study count toward the same selection.
+    ValueError where best runs of one architecture, width and rate differ in another field (a train order):
+    they are two designs, and `build.summarise` would average them as seeds."""
+    if not study_dirs:
+        raise ValueError("pooled_table: no studies given")
+    raws = [collect(d) for d in study_dirs]
+    tables = [study_table(d).assign(**{STUDY: str(d)}) for d in study_dirs]
+    raw = pd.concat(raws, ignore_index=True)  # the config columns, row for row beside the tables
+    df = pd.concat(tables, ignore_index=True)
+    config = _config_columns(raw)
+    keep = ~raw[config].map(str).duplicated()
+    raw, df = raw[keep].reset_index(drop=True), df[keep].reset_index(drop=True)
+    best = best_lr(raw.assign(name=df["run_dir"]))["name"]  # run directories are unique where names are not
+    df["best_lr"] = df["run_dir"].isin(set(best))
+    _one_design(raw[df["best_lr"]], df[df["best_lr"]], [c for c in config if c != SEED])
+    return df
+
+
+def _one_design(raw: pd.DataFrame, df: pd.DataFrame, config: list[str]) -> None:
+    """ValueError where the best runs `summarise` would average together (one architecture, width, rate and
+    grammar) differ in another config field, e.g. a train order: those are two designs, not seeds of one."""
+    keys = [df["arch"], df["model.d_model"], df["optim.lr"], *([df[GRAMMAR]] if GRAMMAR in df else [])]
+    for key, rows in raw.groupby([k.map(str) for k in keys], sort=False):
+        differ = [c for c in config if rows[c].map(str).nunique() > 1]
+        if differ:
+            studies = sorted(set(df.loc[rows.index, STUDY]))
+            raise ValueError(f"{key[0]} (d = {key[1]}, lr {key[2]}): {', '.join(differ)} differ between the runs of "
+                             f"{', '.join(studies)}; pool studies of one design")
+
+
+def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per architecture (width, grammar where they vary) of `pooled_table`'s best-learning-rate runs,
+    for people: seeds, accuracy outside the conv reach with its 95% interval (over seeds where several:
+    `build.summarise`), the published accuracy with its 320-example interval and the two compared
+    (`compare.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
+    seeds, interval; `–` where most seeds did not learn) beside the study's published median (ATR only)."""
+    summary = summarise(df)
+    grammars = summary[GRAMMAR] if GRAMMAR in summary else pd.Series(None, index=summary.index)
+    tasks = df.drop_duplicates("arch").set_index("arch")["task.name"]
+    rows = []
+    for (_, r), grammar in zip(summary.iterrows(), grammars):
+        acc, lo, hi, _ = shown_accuracy(r)
+        theirs = r["published_acc"]
+        row = {"architecture": r["arch"]}
+        if summary["model.d_model"].nunique() > 1:
+            row["d"] = int(r["model.d_model"])
+        if grammars.nunique() > 1:
+            row["grammar"] = grammar
+        row |= {"lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"], "acc [95% CI]": with_interval(acc, lo, hi),
+                "published [95% CI, n = 320]": with_interval(theirs, *published_interval(theirs)) if theirs == theirs else "–",
+                "comparison": compare_accuracy(lo, hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
+        learned = r["verdict"] != "not learned"  # the most common verdict over seeds
+        for pos in POSITIONS:
+            median = published_attribution(tasks[r["arch"]], grammar if grammar == grammar else None, r["arch"], pos)
+            ours = with_interval(r[f"attrib@{pos}"], r[f"attrib@{pos}_lo"], r[f"attrib@{pos}_hi"]) if learned else "–"
+            row[f"@{pos} (published median)"] = ours + ("" if median is None else f" ({median:.2f})")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def attribution_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The best-learning-rate runs of `pooled_table` that were intervened on, one row each: arch, seed, lr,
+    verdict, attrib@key / @value / @query, and `published@POS`, the study's median for the architecture
+    (NaN where it states none): what `figures.boxes_figure` draws."""
+    runs = df[df["best_lr"] & df["verdict"].notna()]
+    grammar = runs[GRAMMAR] if GRAMMAR in runs else pd.Series(None, index=runs.index)
+    out = runs[["arch", "seed", "optim.lr", "verdict", *(f"attrib@{p}" for p in POSITIONS)]].copy()
+    for pos in POSITIONS:
+        out[f"published@{pos}"] = [published_attribution(t, g if g == g else None, a, pos)
+                                   for t, g, a in zip(runs["task.name"], grammar, runs["arch"])]
+    return out.astype({f"published@{p}": float for p in POSITIONS}).reset_index(drop=True)
+
+
+def published_medians(runs: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(arch, position) -> the published median, from `attribution_runs`' table (as `boxes_figure` takes them)."""
+    return {(a, p): float(v) for p in POSITIONS
+            for a, v in runs.drop_duplicates("arch").set_index("arch")[f"published@{p}"].items() if v == v}

@@ -1,0 +1,80 @@
+"""Several committed studies read as one (`report.pooled`, the pages' `pooled` block)."""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mecheval.report.pages import PageError, generate
+from mecheval.report.pooled import attribution_runs, pooled_summary, pooled_table, published_medians
+
+ROOT = Path(__file__).resolve().parents[2]
+D64 = ROOT / "results" / "paper-d64"
+NOCONV = ["atr-mamba-noconv", "atr-mamba-noconv-seeds12", "atr-twist"]  # seed 0 (two rates), seeds 1-2, seed 0 again
+
+
+def test_a_run_committed_twice_counts_once_and_seeds_of_other_studies_join_the_best_rate():
+    df = pooled_table([D64 / s for s in NOCONV])
+    done = df[df["status"] == "done"]
+    # 7 committed run directories: the d_conv 0 run at 3e-3, seed 0, is in atr-mamba-noconv and atr-twist
+    assert len(done) == 6
+    noconv = done[done["arch"] == "mamba (d_conv 0)"]
+    assert sorted(noconv.loc[noconv["best_lr"], "seed"]) == [0, 1, 2]
+    assert set(noconv.loc[noconv["best_lr"], "optim.lr"]) == {0.003}
+    assert not noconv.loc[noconv["optim.lr"] == 0.001, "best_lr"].any()
+    rows = pooled_summary(df).set_index("architecture")
+    assert rows.at["mamba (d_conv 0)", "seeds"] == "0, 1, 2"
+    assert rows.at["attention", "comparison"] in ("agree", "differ", "inconclusive")
+    assert rows.at["attention", "@value (published median)"].endswith("(1.03)")  # the published ATR easy median
+
+
+def test_the_box_figure_data_carry_the_published_medians_where_the_study_states_them():
+    runs = attribution_runs(pooled_table([D64 / s for s in NOCONV]))
+    assert len(runs) == 5  # the best-rate runs that were intervened on
+    medians = published_medians(runs)
+    assert medians[("attention", "value")] == pytest.approx(1.03)
+    assert not any(arch == "mamba (d_conv 0)" for arch, _ in medians)  # none published for it
+
+
+def test_two_designs_are_not_averaged_as_seeds(tmp_path):
+    copy = tmp_path / "atr-mamba-noconv-seeds12"
+    shutil.copytree(D64 / "atr-mamba-noconv-seeds12", copy)
+    config = next(copy.glob("runs/*seed-1/config.yaml"))
+    config.write_text(config.read_text().replace("train_order: replay", "train_order: shuffle"))
+    with pytest.raises(ValueError, match=r"mamba \(d_conv 0\).*train_order differ.*pool studies of one design"):
+        pooled_table([D64 / "atr-twist", copy])
+
+
+def _tree(tmp_path: Path, block: str) -> Path:
+    """A repository whose results/paper-d64 links the committed ATR studies, and a page holding `block`."""
+    (tmp_path / "results" / "paper-d64").mkdir(parents=True)
+    for s in NOCONV:
+        (tmp_path / "results" / "paper-d64" / s).symlink_to(D64 / s)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text(f"# A page\n\n<!-- generated: {block} -->\n<!-- end generated -->\n")
+    return tmp_path
+
+
+def test_the_pooled_block_selects_by_scale_glob_and_preset_and_writes_its_figure_data(tmp_path):
+    root = _tree(tmp_path, "pooled name=twist task=atr scale=paper-d* preset=quick,atr-mamba-noconv")
+    out = generate(root)
+    text = out[Path("docs/page.md")]
+    assert "`results/paper-d64/atr-twist` read as one study: 6 finished runs" in text
+    assert "| mamba (d_conv 0) | 0.003 | 0, 1, 2 |" in text
+    assert "![@key / @value / @query" in text and "](figures/pooled/twist.png)" in text
+    runs = pd.read_csv(pd.io.common.StringIO(out[Path("docs/figures/pooled/twist.csv")]))
+    assert sorted(runs["arch"].unique()) == ["attention", "mamba", "mamba (d_conv 0)"]
+    assert Path("docs/figures/pooled/twist-widths.csv") not in out  # one width: no width figure
+
+
+@pytest.mark.parametrize("block, message", [
+    ("pooled task=atr", "name=NAME"),
+    ("pooled name=Bad/name task=atr", "name=NAME"),
+    ("pooled name=x preset=ar-architectures", "no study under results/ matches"),
+    ("pooled name=x scale=cpu", "no study under results/ matches"),
+])
+def test_a_pooled_block_that_cannot_be_filled_names_the_page(tmp_path, block, message):
+    root = _tree(tmp_path, block)
+    with pytest.raises(PageError, match=f"docs/page.md: .*{message}"):
+        generate(root)
