@@ -37,6 +37,15 @@ def test_the_box_figure_data_carry_the_published_medians_where_the_study_states_
     assert not any(arch == "mamba (d_conv 0)" for arch, _ in medians)  # none published for it
 
 
+def test_a_run_trained_again_with_the_same_config_is_not_taken_for_a_copy(tmp_path):
+    copy = tmp_path / "atr-mamba-noconv-seeds12"
+    shutil.copytree(D64 / "atr-mamba-noconv-seeds12", copy)
+    assert len(pooled_table([D64 / "atr-mamba-noconv-seeds12", copy])) == 2  # an exact copy: counted once
+    summary = next(copy.glob("runs/*seed-1/summary.json"))
+    summary.write_text(summary.read_text().replace('"wall_time_s": ', '"wall_time_s": 1', 1))
+    assert len(pooled_table([D64 / "atr-mamba-noconv-seeds12", copy])) == 3
+
+
 def test_two_designs_are_not_averaged_as_seeds(tmp_path):
     copy = tmp_path / "atr-mamba-noconv-seeds12"
     shutil.copytree(D64 / "atr-mamba-noconv-seeds12", copy)

@@ -29,8 +29,9 @@ def _config_columns(raw: pd.DataFrame) -> list[str]:
 
 def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
     """`results.study_table` rows of every study in `study_dirs` (in that order), with `study` (its path)
-    added: a run whose config another study already holds (the same run committed twice, e.g. read again
-    beside other architectures) is kept once, from the first study; `best_lr` is chosen anew over all of
+    added: a run whose config and summary another study already holds (the same run committed twice, e.g.
+    read again beside other architectures; a run trained again differs in its timings) is kept once, from
+    the first study; `best_lr` is chosen anew over all of
     them (`sweeps.table.best_lr`), so that seeds run in another study count toward the same selection.
     ValueError where best runs of one architecture, width and rate differ in another field (a train order):
     they are two designs, and `build.summarise` would average them as seeds."""
@@ -41,7 +42,7 @@ def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
     raw = pd.concat(raws, ignore_index=True)  # the config columns, row for row beside the tables
     df = pd.concat(tables, ignore_index=True)
     config = _config_columns(raw)
-    keep = ~raw[config].map(str).duplicated()
+    keep = ~raw.drop(columns="name").map(str).duplicated()  # the same config and summary: one run, copied
     raw, df = raw[keep].reset_index(drop=True), df[keep].reset_index(drop=True)
     best = best_lr(raw.assign(name=df["run_dir"]))["name"]  # run directories are unique where names are not
     df["best_lr"] = df["run_dir"].isin(set(best))
