@@ -71,6 +71,8 @@ def test_the_pooled_block_selects_by_scale_glob_and_preset_and_writes_its_figure
     text = out[Path("docs/page.md")]
     assert "`results/paper-d64/atr-twist` read as one study: 6 finished runs" in text
     assert "| mamba (d_conv 0) | 0.003 | 0, 1, 2 |" in text
+    # the studies' findings, checked on every seed of the pool at once
+    assert "| Without its short convolution, Mamba learns induction on ATR" in text and "3 of 3 runs pass" in text
     assert "![@key / @value / @query" in text and "](figures/pooled/twist.png)" in text
     runs = pd.read_csv(pd.io.common.StringIO(out[Path("docs/figures/pooled/twist.csv")]))
     assert sorted(runs["arch"].unique()) == ["attention", "mamba", "mamba (d_conv 0)"]

@@ -344,6 +344,11 @@ def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
            "all of them. Accuracy outside the conv reach where intervened on, attributions at the verdict's read "
            "point: means over seeds with 95% intervals (t over seeds; one seed: its own), the published median "
            f"in brackets. Compared by intervals: {RULE}.", "", _markdown(pooled_summary(df).to_dict("records")), ""]
+    fids = list(dict.fromkeys(f for s in chosen for f in _meta(root / s).get("findings", [])))
+    rows = findings_checked(fids, df)
+    if rows:
+        out += ["The findings these studies check, on the pooled best-learning-rate runs (every seed):", "",
+                _markdown(rows), ""]
     captions = {"boxes": "@key / @value / @query per architecture, one point per run (a box from 3 runs), the published "
                          "medians as black ticks",
                 "widths": "Accuracy against width, ours solid with 95% intervals, published dashed"}
@@ -364,6 +369,15 @@ def pooled_specs(root: Path) -> list[tuple[Path, dict[str, str]]]:
     return found
 
 
+def findings_checked(fids: list[str], table: pd.DataFrame) -> list[dict]:
+    """The findings `fids` checked on the best-learning-rate rows of `table` (a study's, or a pool's), one row
+    each (claim, outcome, evidence), leaving out those whose architectures have not run."""
+    best = table[table["best_lr"]]
+    outcomes = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in fids]
+    return [{"published finding": claim, "ours": o.status, "evidence": o.evidence}
+            for claim, o in outcomes if o.status != NOT_RUN]
+
+
 def study_section(root: Path, study: Path, page: Path) -> str:
     """A study's heading, what it ran, its findings, its runs and, where computed, the readouts beyond
     the verdict."""
@@ -374,17 +388,9 @@ def study_section(root: Path, study: Path, page: Path) -> str:
            f"`{study}`.{preset} " + _task_line(path)
            + (f" {meta['description']}" if meta.get("description") else "")
            + (" Report: `report.md` / `report.html` in the directory." if (path / "report.md").exists() else ""), ""]
-    if meta.get("findings"):
-        best = _table(str(path), False)
-        best = best[best["best_lr"]]
-        rows = []
-        for fid in meta["findings"]:
-            o = FINDINGS[fid].check(best)
-            if o.status == NOT_RUN:  # the study checks it where its runs include the architectures named
-                continue
-            rows.append({"published finding": FINDINGS[fid].claim, "ours": o.status, "evidence": o.evidence})
-        if rows:
-            out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
+    rows = findings_checked(meta.get("findings", []), _table(str(path), False))
+    if rows:
+        out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
     runs = run_rows(path)
     out += ["Runs (acc outside the conv reach and attributions: 95% intervals; `–` where a run did not learn):",
             "", _markdown(runs), ""]
