@@ -26,3 +26,12 @@ def test_table_and_figures_of_a_run_whose_mechanism_formed_at_a_known_step(tmp_p
     assert shown[shown["step"] < SWITCH]["attrib"].isna().all()  # not learned yet: blank, not noise
     for fig in (run_figure(table, "attention"), overlay_figure(best, timelines, {"attention": "#0072B2"})):
         assert len(to_png(fig)) > 5000
+
+
+def test_a_timeline_whose_final_step_has_no_verdict_says_not_read(tmp_path):
+    run = fake_run(tmp_path / "run", small_ar())
+    table = timeline(run, n=32)
+    table["verdict"] = None  # e.g. a 1-layer model: no block input after layer 0 to read
+    best = pd.DataFrame([{"run_dir": str(run), "arch": "attention (1 layer)", "seed": 0}])
+    rows = timeline_table(best, {str(run): (table, None)}).to_dict("records")
+    assert rows[0]["final mechanism"] == "not read" and rows[0]["formed at step"] == "–"

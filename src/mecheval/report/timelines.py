@@ -53,7 +53,8 @@ def timeline_table(best: pd.DataFrame, timelines: dict) -> pd.DataFrame:
             continue
         table, step = timelines[r["run_dir"]]
         per_step = table.drop_duplicates("step").set_index("step").sort_index()
-        rows.append({"arch": r["arch"], "seed": r["seed"], "final mechanism": per_step["verdict"].iloc[-1],
+        final = per_step["verdict"].iloc[-1]
+        rows.append({"arch": r["arch"], "seed": r["seed"], "final mechanism": final if isinstance(final, str) else "not read",
                      "formed at step": "–" if step is None else step,
                      "accuracy then": "–" if step is None else f"{per_step.loc[step, 'acc']:.2f}",
                      "final accuracy": f"{per_step['acc'].iloc[-1]:.2f}",
