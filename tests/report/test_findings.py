@@ -4,8 +4,7 @@ it, `not run` without the architectures it names."""
 import pandas as pd
 import pytest
 
-from mecheval.models.presets import ARCHITECTURES
-from mecheval.report.findings import FINDINGS
+from mecheval.report.findings import DEPTH_ZOO, FINDINGS
 
 
 def runs(*rows) -> pd.DataFrame:
@@ -37,7 +36,7 @@ CASES = {  # finding: (rows that reproduce it, rows that do not)
     "atr_storage": (with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("based", 0.8, IND, 0.95, 0, 0, 0.05),
                                  ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("h3", 0.8, DIR, 0.03, 0.5, 0.5, 0.05))),
                     with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("mamba", 0.9, "mixed", 0.5, 0.2, 0.3, 0.05)))),
-    "one_layer_fails": (runs(*((f"{a} (1 layer)", 0.05, NL, 0, 0, 0, 0.0) for a in ARCHITECTURES if a != "mamba")),
+    "one_layer_fails": (runs(*((f"{a} (1 layer)", 0.05, NL, 0, 0, 0, 0.0) for a in DEPTH_ZOO if a != "mamba")),
                         runs(("attention (1 layer)", 0.05, NL, 0, 0, 0, 0.0), ("based (1 layer)", 0.9, IND, 1, 0, 0, 0.0))),
     "one_layer_mamba": (runs(("mamba (1 layer)", 0.85, DIR, 0, 1, 0, 0.0)), runs(("mamba (1 layer)", 0.3, NL, 0, 0, 0, 0.0))),
     "three_layers_learn": (runs(("attention (3 layers)", 1.0, IND, 1, 0, 0, 0.0), ("based (3 layers)", 0.99, IND, 1, 0, 0, 0.0)),
