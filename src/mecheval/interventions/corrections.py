@@ -171,17 +171,16 @@ def attention_estimates(
     out = g_mid.new_empty(len(hows), *g_mid.shape[:2])  # [C, M, B]
     multi = [c for c, pos in enumerate(positions) if pos.shape[1] > 1]
     single = [c for c, pos in enumerate(positions) if pos.shape[1] == 1]
-    shared = SHARED_INPUT
     residual, inputs = {}, {}  # how -> the layer's input x' (None: mixer_in); the distinct mixer inputs u'
     for how in dict.fromkeys(hows[c] for c in single):
         residual[how], u = patched_inputs(lm, layer, how, None, base, source)
-        inputs.setdefault(shared.get(how, how), u)
+        inputs.setdefault(SHARED_INPUT.get(how, how), u)
     if inputs:  # every position patched alone, for every distinct input at once: [K, M, B, T]
         recorded = [source[f"{name}.qkv"] if k == "source" else None for k in inputs]
         moved = dict(zip(inputs, attention_every(mixer, u_base, grad[f"{name}.core_out"], base[f"{name}.qkv"])(
             torch.stack(list(inputs.values())), None if None in recorded else torch.stack(recorded))))
     for how, x in residual.items():  # then each cell's
-        every = moved[shared.get(how, how)]  # [M, B, T]
+        every = moved[SHARED_INPUT.get(how, how)]  # [M, B, T]
         every = every if x is None else every + ((x - x_base) * g_mid).sum(-1)
         group = [c for c in single if hows[c] == how]
         at = torch.cat([positions[c] for c in group], 1)  # [B, cells]
@@ -286,9 +285,8 @@ def mixer_estimates(
     g_mid = grad[f"{name}.resid_mid"]  # [M, B, T, D]
     B, T, _ = u_base.shape
     rows = torch.arange(B, device=u_base.device)[:, None]
-    shared = SHARED_INPUT
     distinct = list(dict.fromkeys(zip(hows, keys)))  # (how, positions): the residual path's change
-    run_of = {d: i for i, d in enumerate(dict.fromkeys((shared.get(how, how), key) for how, key in distinct))}
+    run_of = {d: i for i, d in enumerate(dict.fromkeys((SHARED_INPUT.get(how, how), key) for how, key in distinct))}
     residual = g_mid.new_zeros(len(distinct), *g_mid.shape[:2])  # [C', M, B]
     moved = g_mid.new_zeros(len(run_of), *g_mid.shape[:2])  # [R, M, B]: the mixer's change, per distinct input
 
@@ -301,7 +299,7 @@ def mixer_estimates(
 
     tiles, size, done = [], 0, set()
     for c, (how, key) in enumerate(distinct):
-        pos, r = where[key], run_of[shared.get(how, how), key]
+        pos, r = where[key], run_of[SHARED_INPUT.get(how, how), key]
         x, u = patched_inputs(lm, layer, how, pos, base, source)  # [B, K, D]
         if x is not None:
             residual[c] = ((x - x_base[rows, pos]) * g_mid[:, rows, pos]).sum((-1, -2))
@@ -316,7 +314,7 @@ def mixer_estimates(
             flush(tiles)
             tiles, size = [], 0
     cell = {d: i for i, d in enumerate(distinct)}
-    return moved[[run_of[shared.get(h, h), k] for h, k in zip(hows, keys)]] + residual[[cell[d] for d in zip(hows, keys)]]
+    return moved[[run_of[SHARED_INPUT.get(h, h), k] for h, k in zip(hows, keys)]] + residual[[cell[d] for d in zip(hows, keys)]]
 
 
 class Feeding(NamedTuple):

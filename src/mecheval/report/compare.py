@@ -5,6 +5,7 @@ from __future__ import annotations
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.report import published
 from mecheval.report.findings import HIGH_ACC, POOR_ACC
+from mecheval.report.overview import with_interval
 
 PUBLISHED_N = 320  # the study's test examples behind each published accuracy (`published`)
 COMPARISONS = ("agree", "differ", "inconclusive")
@@ -54,6 +55,11 @@ def published_interval(value: float, n: int = PUBLISHED_N) -> tuple[float, float
     """The 95% Wilson interval of a published accuracy, read as round(value * n) correct of the n test
     examples the study evaluates on."""
     return accuracy_interval(round(value * n), n)
+
+
+def published_words(value: float) -> str:
+    """A published accuracy with its `published_interval`, e.g. `0.96 [0.93, 0.98]`; `–` where none (NaN)."""
+    return with_interval(value, *published_interval(value)) if value == value else "–"
 
 
 def compare_accuracy(lo: float, hi: float, theirs: float | None) -> str:

@@ -34,6 +34,7 @@ import functools
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -372,7 +373,7 @@ def pooled_specs(root: Path) -> list[tuple[Path, dict[str, str]]]:
 def findings_checked(fids: list[str], table: pd.DataFrame) -> list[dict]:
     """The findings `fids` checked on the best-learning-rate rows of `table` (a study's, or a pool's), one row
     each (claim, outcome, evidence), leaving out those whose architectures have not run."""
-    best = table[table["best_lr"]]
+    best = best_runs(table)
     outcomes = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in fids]
     return [{"published finding": claim, "ours": o.status, "evidence": o.evidence}
             for claim, o in outcomes if o.status != NOT_RUN]
@@ -577,11 +578,19 @@ def stale_pages(root: Path) -> list[Path]:
     return [p for p, text in generate(root).items() if not (root / p).exists() or (root / p).read_text() != text]
 
 
-def write_pages(root: Path) -> list[Path]:
-    """Fill every generated block and draw the study figure and the accuracy-against-width figures (each
-    where its data changed or its PNG is missing); returns the files that changed."""
+def drawings(root: Path) -> list[tuple[Path, Path, Callable[[pd.DataFrame, Path], None]]]:
+    """(CSV, PNG, draw) of every figure the pages show, each drawn from its CSV: the study figure, each study's
+    accuracy against width, each `pooled` block's figures (those whose CSV `generate` writes)."""
     from mecheval.report.study_figure import draw
 
+    return ([(FIGURE_DATA, FIGURE_PNG, draw)] + [(*width_files(s), draw_widths) for s in studies(root)]
+            + [(*pool_files(_pool_name(args, page), figure), draw_widths if figure == "widths" else draw_boxes)
+               for page, args in pooled_specs(root) for figure in POOL_FIGURES])
+
+
+def write_pages(root: Path) -> list[Path]:
+    """Fill every generated block and draw the figures (`drawings`; each where its data changed or its PNG
+    is missing); returns the files that changed."""
     root = Path(root)
     changed = []
     for page, text in generate(root).items():
@@ -590,20 +599,10 @@ def write_pages(root: Path) -> list[Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             changed.append(page)
-    if FIGURE_DATA in changed or not (root / FIGURE_PNG).exists():
-        draw(pd.read_csv(root / FIGURE_DATA), root / FIGURE_PNG)
-        changed.append(FIGURE_PNG)
-    for study in studies(root):
-        data, png = width_files(study)
+    for data, png, draw in drawings(root):
         if (root / data).exists() and (data in changed or not (root / png).exists()):
-            draw_widths(pd.read_csv(root / data), root / png)
+            draw(pd.read_csv(root / data), root / png)
             changed.append(png)
-    for page, args in pooled_specs(root):
-        for figure in POOL_FIGURES:
-            data, png = pool_files(_pool_name(args, page), figure)
-            if (root / data).exists() and (data in changed or not (root / png).exists()):
-                (draw_widths if figure == "widths" else draw_boxes)(pd.read_csv(root / data), root / png)
-                changed.append(png)
     return changed
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.report.build import summarise
-from mecheval.report.compare import compare_accuracy, published_attribution, published_interval
+from mecheval.report.compare import compare_accuracy, published_attribution, published_words
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
 from mecheval.report.results import study_table
@@ -81,7 +81,7 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
         if grammars.nunique() > 1:
             row["grammar"] = grammar
         row |= {"lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"], "acc [95% CI]": with_interval(acc, lo, hi),
-                "published [95% CI, n = 320]": with_interval(theirs, *published_interval(theirs)) if theirs == theirs else "–",
+                "published [95% CI, n = 320]": published_words(theirs),
                 "comparison": compare_accuracy(lo, hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
         learned = r["verdict"] != "not learned"  # the most common verdict over seeds
         for pos in POSITIONS:

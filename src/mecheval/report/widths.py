@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator
 
-from mecheval.report.compare import compare_accuracy, published_accuracy, published_interval
+from mecheval.report.compare import compare_accuracy, published_accuracy, published_words
 from mecheval.report.findings import HIGH_ACC, POOR_ACC
 from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
 from mecheval.report.published import WIDTHS
@@ -80,10 +80,9 @@ def readable_widths(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of `width_table` we ran, for people: ours with its interval, the published value with its
     320-example interval, and the comparison."""
     ran = table[table["seeds"] > 0]
-    published = [with_interval(p, *published_interval(p)) if p == p else "–" for p in ran["published"]]
     return pd.DataFrame({"architecture": ran["arch"], "width": ran["width"], "seeds": ran["seeds"],
                          "ours [95% CI]": [with_interval(*v) for v in zip(ran["acc"], ran["acc_lo"], ran["acc_hi"])],
-                         "published [95% CI, n = 320]": published,
+                         "published [95% CI, n = 320]": ran["published"].map(published_words).tolist(),
                          "comparison": ran["comparison"].replace("", "–")}).reset_index(drop=True)
 
 
