@@ -532,8 +532,9 @@ def test_a_killed_run_keeps_its_snapshots_and_its_resume_writes_the_rest(tmp_pat
 
 
 @pytest.mark.parametrize("args,says", [(["--train-order", "sorted"], "'sorted' is not one of 'replay', 'shuffle'"),
-                                       (["--train-order", "replay"], "train_order applies to the paper scale")])
-def test_a_bad_train_order_is_one_line(tmp_path, args, says):
+                                       (["--train-order", "replay"], "train_order applies to the paper scale"),
+                                       (["--grammars", "easy"], "Invalid value for --grammars: grammars apply to ATR studies")])
+def test_a_bad_study_axis_is_one_line(tmp_path, args, says):
     result = cli("study", "quick", *args, "--out", tmp_path, "--quiet")
     text = " ".join(line.strip(" │") for line in result.output.splitlines())  # typer's usage box wraps lines
     assert result.exit_code == 2 and "Traceback" not in result.output and says in " ".join(text.split())

@@ -97,6 +97,18 @@ def test_paper_scale_reads_the_fixed_set_in_the_studys_order_unless_told():
         STUDIES["quick"].sweep("cpu", train_order="replay")
 
 
+def test_grammars_restrict_an_atr_study_and_are_refused_elsewhere():
+    runs = lambda **kw: expand(SweepConfig.model_validate(STUDIES["atr"].sweep("paper", widths=[64], lrs=[1e-3], **kw)))  # noqa: E731
+    assert {r.config.task.params["grammar"] for r in runs()} == {"easy", "medium", "large_vocab"}
+    assert {r.config.task.params["grammar"] for r in runs(grammars=["easy"])} == {"easy"}
+    cpu = expand(SweepConfig.model_validate(STUDIES["atr-mamba-noconv"].sweep("cpu", grammars=["large_vocab"])))
+    assert {r.config.task.params["grammar"] for r in cpu} == {"large_vocab"}
+    with pytest.raises(ValueError, match="grammars apply to ATR studies; 'quick' trains on ar"):
+        STUDIES["quick"].sweep("cpu", grammars=["easy"])
+    with pytest.raises(ValueError, match=r"unknown grammars \['hard'\]"):
+        STUDIES["atr"].sweep("paper", grammars=["easy", "hard"])
+
+
 def test_depth_study_runs_each_architecture_at_its_own_rate_and_depth():
     sweep = STUDIES["ar-depth"].sweep("paper", widths=[64])
     runs = {point_label(p): r for p, r in zip(sweep["list"], expand(SweepConfig.model_validate(sweep)))}

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         archs: Annotated[Optional[list[str]], typer.Option(help="Architectures to keep, by label, e.g. 'attention,mamba (d_conv 0)'; a mixer's import path (mypkg.mod:MyMixer) adds it.")] = None,
         new: Annotated[bool, typer.Option("--new", help="Restart afresh the runs in --out made with a different spec (else refused).")] = False,
         early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,
+        grammars: Annotated[Optional[list[str]], typer.Option(help="ATR studies: the grammars to train, e.g. easy (default: the scale's).")] = None,
         train_order: Annotated[Optional[Literal["replay", "shuffle"]], typer.Option("--train-order", help="paper scale: the fixed set in one order every epoch (replay, the study's; default) or a new one each epoch (shuffle).")] = None,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
@@ -61,12 +62,13 @@ def register(app: typer.Typer) -> None:
             "widths": _numbers(widths, int, "--widths"), "lrs": _numbers(lrs, float, "--lrs"),
             "seeds": _numbers(seeds, int, "--seeds"),
             "archs": split_list(archs),
-            "early_stop": early_stop, "train_order": train_order,
+            "early_stop": early_stop, "train_order": train_order, "grammars": split_list(grammars),
         }
         try:
             STUDIES[preset].sweep(scale, **axes)
         except ValueError as e:
-            raise typer.BadParameter(str(e), param_hint="--train-order" if "train_order" in str(e) else "--archs") from None
+            hint = next((f"--{k}" for k in ("train-order", "grammars") if k.replace("-", "_") in str(e)), "--archs")
+            raise typer.BadParameter(str(e), param_hint=hint) from None
         report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, new=new, **axes)
         print_summary(report, Console())
 

@@ -109,11 +109,13 @@ class Study:
         archs: list[str] | None = None,
         early_stop: bool = False,
         train_order: str | None = None,
+        grammars: list[str] | None = None,
     ) -> dict:
         """The sweep at `scale`; widths / lrs / seeds replace the scale's axes, archs keeps only the
         architectures whose `point_label` is listed; early_stop ends a run at test accuracy >= 0.99 at
         two evaluations in a row (`TrainConfig.early_stop`); train_order reads the paper scale's fixed set
-        in a new order each epoch ("shuffle") or in one order ("replay", the study's; the paper default)."""
+        in a new order each epoch ("shuffle") or in one order ("replay", the study's; the paper default);
+        grammars replace an ATR study's grammars (e.g. ["easy"] for the paper scale's zoo on ATR easy)."""
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")
         paper = scale == "paper"
@@ -127,6 +129,8 @@ class Study:
             grid["optim.lr"] = lrs or (PAPER_LRS if paper else self.cpu_lrs)
         if seeds:
             grid["seed"] = seeds
+        if grammars is not None:
+            grid["task.params.grammar"] = self._grammars(grammars, paper)
         base = _base(self.task if paper else self.cpu_task, scale, *self.steps)
         for key, value in self.base.items():
             set_dotted(base, key, value)
@@ -141,6 +145,16 @@ class Study:
         if paper:
             points = [_with_paper_build(p) for p in points]
         return {"base": base, "list": points, "grid": grid}
+
+    def _grammars(self, grammars: list[str], paper: bool) -> list[str]:
+        """`grammars` checked against the study's task: an ATR study, and grammars ATR knows."""
+        task = (self.task if paper else self.cpu_task)["name"]
+        if task != "atr":
+            raise ValueError(f"grammars apply to ATR studies; {self.name!r} trains on {task}")
+        unknown = [g for g in grammars if g not in ATR_GRAMMARS]
+        if unknown or not grammars:
+            raise ValueError(f"unknown grammars {unknown}; known: {ATR_GRAMMARS}")
+        return list(grammars)
 
 
 def _with_paper_build(point: dict) -> dict:
