@@ -25,6 +25,7 @@ from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
 from mecheval.report.compare import published_accuracy, published_attribution, published_verdict
 from mecheval.report.html import render_html
+from mecheval.report.fit import FIT_NOTE, fit_table
 from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
@@ -515,6 +516,9 @@ def _build(study_dir: Path) -> Report:
                 "examples, on those outside the query's reach through short convs, and inside it (AR: the queried "
                 "pair among the last ones), with Wilson 95% intervals and example counts.", artefact_table(best)),
     ]
+    fit = fit_table(best)
+    if not fit.empty:
+        sections.append(Section("Fit to the training set", FIT_NOTE, fit))
     paired = like_for_like_table(best)
     if not paired.empty:
         sections.append(Section("Like for like", "Each architecture beside attention on the same intervention "

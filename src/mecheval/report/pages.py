@@ -44,6 +44,7 @@ from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import best_runs, state_table, study_findings, summarise
 from mecheval.report.compare import published_accuracy, published_verdict
 from mecheval.report.findings import FINDINGS, conv_evidence
+from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
 from mecheval.report.pooled import attribution_runs, pooled_summary, pooled_table, published_medians
 from mecheval.report.results import study_table
 from mecheval.report.timelines import formation_steps, timeline_table
@@ -407,6 +408,9 @@ def study_section(root: Path, study: Path, page: Path) -> str:
         out += ["What the recurrent state carries (per layer: where the association enters the state, the most "
                 "it restores, and what it carries when the answer is read):", "",
                 _markdown(states.astype(str).to_dict("records")), ""]
+    fit = fit_table(every)
+    if any_fits_only(fit):
+        out += ["Fit to the training set. " + FIT_NOTE, "", _markdown(fit.to_dict("records")), ""]
     timelines = formation_steps(every)
     over = timeline_table(every, timelines) if timelines else pd.DataFrame()
     if not over.empty:
