@@ -46,3 +46,12 @@ def test_plots_draw_on_the_axes_given_and_name_the_subset(tmp_path):
 def test_integer_positions_are_ordered_as_numbers():
     df = pd.DataFrame({"layer": 0, "site": "resid_pre", "position": [10, 2, 0, 1], "attrib": [0.1, 0.2, 0.3, 0.4], "n": 8})
     assert list(attrib_grid(df, "resid_pre").columns) == [0, 1, 2, 10]
+
+
+def test_a_model_with_nothing_to_attribute_still_draws(tmp_path):
+    """A run that did not learn: every attribution NaN (no effect). The grid keeps every position, NaN."""
+    df = table().assign(attrib=float("nan"))
+    grid = attrib_grid(df, "resid_pre")
+    assert list(grid.columns) == ["key", "value", "query"] and grid.isna().all().all()
+    heatmap(df, "resid_pre", tmp_path / "h.png")
+    assert (tmp_path / "h.png").stat().st_size > 1000

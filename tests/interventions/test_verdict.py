@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mecheval.interventions import interchange, mechanism
-from mecheval.interventions.conv_window import conv_ablation, conv_window
+from mecheval.interventions.conv_window import best_cell, conv_ablation, conv_window
 from mecheval.interventions.verdict import formed_at
 from tests.interventions.handbuilt import conv_binding_lm, induction_lm, query_retrieval_lm
 
@@ -195,3 +195,11 @@ def test_interchange_patches_joined_roles_together(ar_task, batch):
     assert (df["effect_lo"] <= df["effect_hi"]).all()
     with pytest.raises(ValueError, match="are not roles of this batch"):
         interchange(lm, ar_task, batch, "key", ["resid_pre"], ["key&nowhere"])
+
+
+def test_a_conv_window_with_nothing_to_attribute_has_no_best_cell():
+    """A model that did not learn: every conv cell's attribution NaN. No cell is named, none raises."""
+    window = pd.DataFrame({"layer": 0, "site": "conv_out", "offset": [0, 1, 2], "joint": False,
+                           "direction": "sufficiency", "attrib": float("nan")})
+    assert best_cell(window) is None and best_cell(window, layer=0) is None
+    assert best_cell(window.assign(attrib=[0.1, float("nan"), 0.3]))["offset"] == 2

@@ -62,8 +62,10 @@ def conv_window(
 
 
 def best_cell(window: pd.DataFrame, layer: int | None = None) -> pd.Series | None:
-    """The single-offset `conv_out` cell (sufficiency) restoring most, in `layer` or in any; None if none."""
-    cells = window[(window["site"] == "conv_out") & (window["direction"] == "sufficiency") & ~window["joint"]]
+    """The single-offset `conv_out` cell (sufficiency) restoring most, in `layer` or in any; None if none has
+    an attribution (a model with no effect to attribute has NaN in every cell)."""
+    cells = window[(window["site"] == "conv_out") & (window["direction"] == "sufficiency") & ~window["joint"]
+                   & window["attrib"].notna()]
     if layer is not None:
         cells = cells[cells["layer"] == layer]
     return None if cells.empty else cells.loc[cells["attrib"].idxmax()]

@@ -69,7 +69,8 @@ def attrib_grid(df: pd.DataFrame, site: str, value: str = "attrib", subset: str 
     cols = list(dict.fromkeys(rows["position"]))
     if all(isinstance(c, int) or str(c).isdigit() for c in cols):
         cols = sorted(cols, key=int)
-    return rows.pivot_table(index="layer", columns="position", values=value)[cols].sort_index()
+    # unstack, not pivot_table: a position whose cells are all NaN (no effect to attribute) keeps its column
+    return rows.set_index(["layer", "position"])[value].unstack("position").reindex(columns=cols).sort_index()
 
 
 def heatmap(df: pd.DataFrame, site: str, path: str | Path | None = None, title: str = "", *,
