@@ -116,6 +116,18 @@ def test_one_layer_model_is_read_inside_its_mixer_not_at_the_embedding(ar_task, 
         mechanism(interchange(lm, ar_task, batch, "key", ["resid_pre"], ["key", "value", "query"], seed=3))
 
 
+def test_a_one_layer_model_without_a_conv_that_did_not_learn_reads_not_learned():
+    """No read point (1 layer, no conv): a model whose effect's interval lies below the filter is `not learned`;
+    one that learned still has nothing to read, and says so."""
+    one_layer = _synthetic(0, 0, 0, p_clean=0.105, p_corrupt=0.1).assign(layer=0, n_layers=1)
+    v = mechanism(one_layer.assign(effect_lo=0.002, effect_hi=0.008))
+    assert v.label == "not learned" and "no site to read" in v.detail and v.effect == pytest.approx(0.005)
+    with pytest.raises(ValueError, match="no site between the embedding"):
+        mechanism(one_layer.assign(effect_lo=0.004, effect_hi=0.02))  # it may have learned: nothing decides it
+    with pytest.raises(ValueError, match="no site between the embedding"):
+        mechanism(_synthetic(0, 0, 0).assign(layer=0, n_layers=1))
+
+
 def test_tap_ablation_of_the_binding_layer_drops_accuracy_to_chance(ar_task, batch):
     lm = conv_binding_lm(ar_task.vocab_size)
     ab = conv_ablation(lm, batch).set_index(["layers", "lags"])

@@ -53,3 +53,14 @@ def test_best_lr_over_seeds_keeps_every_seed_of_the_best_mean(rows):
         want_lr = min(lr for lr, m in means.items() if m == means.max())
         chosen = best[best["model.mixer"] == mixer] if "model.mixer" in best else best
         assert set(chosen["name"]) == set(runs[runs["optim.lr"] == want_lr]["name"])
+
+
+def test_a_field_missing_as_none_in_one_study_and_nan_in_another_is_one_value():
+    """Tables collected from two studies: a field the runs lack reads None in one and NaN in the other. The
+    runs are one design: one best rate between them, not one per spelling of 'missing'."""
+    one = pd.DataFrame([{"name": "a", "status": "done", "model.norm_eps": None, "optim.lr": 3e-4, METRIC: 0.87}])
+    other = pd.DataFrame([{"name": "b", "status": "done", "model.norm_eps": float("nan"), "optim.lr": 1e-3, METRIC: 0.89}])
+    df = pd.concat([one, other], ignore_index=True)
+    assert df["model.norm_eps"].iloc[0] is None  # as `pd.concat` of two studies' tables leaves it
+    assert varying(df) == ["optim.lr"]
+    assert list(best_lr(df)["name"]) == ["b"]

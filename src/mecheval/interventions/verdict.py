@@ -49,6 +49,7 @@ import pandas as pd
 from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED, WINDOW
 from mecheval.interventions.conv_window import best_cell
 
+NO_READ_POINT = "a 1-layer model without a short conv has no site between the embedding and the answer to read"
 LABELS = ("induction", "direct retrieval", "mixed", "not learned", "inconclusive")
 JOINT = "key&query"  # the joint key-and-query patch the direct-retrieval rule reads where present
 HIGH, LOW = 0.8, 0.2  # default attribution thresholds: "high" at or above HIGH, "low" below LOW
@@ -100,7 +101,7 @@ def read_point(df: pd.DataFrame, high: float = HIGH) -> tuple[str, int]:
     if n_layers == 1:
         if (df["site"] == "conv_out").any():
             return "conv_out", 0
-        raise NothingToRead("a 1-layer model without a short conv has no site between the embedding and the answer to read")
+        raise NothingToRead(NO_READ_POINT)
     query = df[(df["site"] == "resid_pre") & (df["position"] == "query")].set_index("layer")["attrib"]
     below = [i for i in range(1, n_layers) if i in query.index and query[i] < high]
     return "resid_pre", max(below, default=1)
@@ -139,7 +140,10 @@ def mechanism(
         rows = rows[rows["subset"] == subset]
     else:
         subset = "all"
-    default_site, default_layer = read_point(rows, high)
+    try:
+        default_site, default_layer = read_point(rows, high)
+    except NothingToRead:  # no read point (1 layer, no conv): a model that did not learn is still read as such
+        return _not_learned_without_read_point(rows, min_effect, subset)
     site = site or default_site
     layer = default_layer if layer is None else layer
     rows = rows[(rows["site"] == site) & (rows["layer"] == layer)].set_index("position")
@@ -147,8 +151,7 @@ def mechanism(
         raise ValueError(f"no rows for site {site!r} of layer {layer} (subset {subset!r}) in the table")
     at = {r: float(rows.at[r, "attrib"]) if r in rows.index else math.nan for r in (*ROLES, JOINT)}
     ci = {r: _interval(rows, r) for r in (*ROLES, JOINT)}
-    effect = float(rows["p_clean"].iloc[0] - rows["p_corrupt"].iloc[0])
-    effect_ci = _effect_interval(rows, effect)
+    effect, effect_ci = _effect(rows)
     where = f"{'the input of layer' if site == 'resid_pre' else site + ' of layer'} {layer}"
     window = _window(carriers, corrupt, subset, site, layer)
     if CARRIERS in window:
@@ -238,10 +241,25 @@ def _interval(rows: pd.DataFrame, position: str) -> tuple[float, float]:
     return float(rows.at[position, "attrib_lo"]), float(rows.at[position, "attrib_hi"])
 
 
-def _effect_interval(rows: pd.DataFrame, effect: float) -> tuple[float, float]:
+def _effect(rows: pd.DataFrame) -> tuple[float, tuple[float, float]]:
+    """The key corruption's effect on p(answer) (the same on every row of one subset) and its 95% interval."""
+    effect = float(rows["p_clean"].iloc[0] - rows["p_corrupt"].iloc[0])
     if "effect_lo" in rows and not pd.isna(rows["effect_lo"].iloc[0]):
-        return float(rows["effect_lo"].iloc[0]), float(rows["effect_hi"].iloc[0])
-    return effect, effect
+        return effect, (float(rows["effect_lo"].iloc[0]), float(rows["effect_hi"].iloc[0]))
+    return effect, (effect, effect)
+
+
+def _not_learned_without_read_point(rows: pd.DataFrame, min_effect: float, subset: str) -> Verdict:
+    """`not learned` for a model with no read point (`read_point`) whose effect's interval lies at or below
+    `min_effect`; NothingToRead where the effect says it learned (there is nothing to read its mechanism at)."""
+    effect, effect_ci = _effect(rows)
+    learned, what = _above(effect_ci, min_effect, strict=True, what=f"{_fmt(effect, effect_ci)}")
+    if learned is not False:
+        raise NothingToRead(NO_READ_POINT)
+    detail = f"corrupting the key changes p(answer) by {what} (<= {min_effect}); no site to read its mechanism at (1 layer, no conv)"
+    n = int(rows["n"].iloc[0]) if "n" in rows else 0
+    return Verdict("not learned", detail, effect, 0, "resid_pre", subset, n, math.nan, math.nan, math.nan,
+                   interval_effect=effect_ci)
 
 
 def _sum(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:

@@ -18,7 +18,7 @@ from mecheval.report.compare import compare_accuracy, published_attribution, pub
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
 from mecheval.report.results import study_table
-from mecheval.sweeps.table import SEED, best_lr, collect
+from mecheval.sweeps.table import SEED, as_text, best_lr, collect
 
 STUDY = "study"  # the column naming the study a pooled run was read from
 
@@ -42,7 +42,7 @@ def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
     raw = pd.concat(raws, ignore_index=True)  # the config columns, row for row beside the tables
     df = pd.concat(tables, ignore_index=True)
     config = _config_columns(raw)
-    keep = ~raw.drop(columns="name").map(str).duplicated()  # the same config and summary: one run, copied
+    keep = ~as_text(raw.drop(columns="name")).duplicated()  # the same config and summary: one run, copied
     raw, df = raw[keep].reset_index(drop=True), df[keep].reset_index(drop=True)
     best = best_lr(raw.assign(name=df["run_dir"]))["name"]  # run directories are unique where names are not
     df["best_lr"] = df["run_dir"].isin(set(best))
@@ -54,8 +54,8 @@ def _one_design(raw: pd.DataFrame, df: pd.DataFrame, config: list[str]) -> None:
     """ValueError where the best runs `summarise` would average together (one architecture, width, rate and
     grammar) differ in another config field, e.g. a train order: those are two designs, not seeds of one."""
     keys = [df["arch"], df["model.d_model"], df["optim.lr"], *([df[GRAMMAR]] if GRAMMAR in df else [])]
-    for key, rows in raw.groupby([k.map(str) for k in keys], sort=False):
-        differ = [c for c in config if rows[c].map(str).nunique() > 1]
+    for key, rows in raw.groupby([as_text(k) for k in keys], sort=False):
+        differ = [c for c in config if as_text(rows[c]).nunique() > 1]
         if differ:
             studies = sorted(set(df.loc[rows.index, STUDY]))
             raise ValueError(f"{key[0]} (d = {key[1]}, lr {key[2]}): {', '.join(differ)} differ between the runs of "

@@ -50,10 +50,16 @@ def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def as_text(df: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
+    """Values as strings to compare and group on (list-valued fields are JSON strings already); a missing value
+    is one string whether None or NaN (tables collected from several studies mix the two)."""
+    return df.map(lambda v: "nan" if v is None or (isinstance(v, float) and v != v) else str(v))
+
+
 def varying(df: pd.DataFrame) -> list[str]:
     """The config columns whose value differs between runs (what a sweep varied)."""
     config_cols = [c for c in df.columns if c not in ("name", "status") and not c.startswith("summary.")]
-    return [c for c in config_cols if df[c].map(str).nunique() > 1]  # NaN (a field another kind of run lacks) counts
+    return [c for c in config_cols if as_text(df[c]).nunique() > 1]  # missing (a field another kind of run lacks) counts
 
 
 def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -66,9 +72,7 @@ def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     if metric not in done.columns:
         raise KeyError(f"no column {metric!r} among finished runs; metrics: {[c for c in df.columns if c.startswith('summary.')]}")
     keys = [c for c in varying(done) if c not in (LR, SEED)]
-    # group on string forms: list-valued fields are JSON strings, but NaN/None must group too (map(str):
-    # pandas 3's astype(str) keeps NaN)
-    group = done[keys].map(str).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
+    group = as_text(done[keys]).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
     means = done.groupby([group, done[LR]])[metric].mean().rename("mean").reset_index()
     means.columns = ["group", LR, "mean"]
     chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")
