@@ -9,6 +9,7 @@ LAST_STEPS steps estimate the accuracy on the training set at the end of trainin
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -39,10 +40,8 @@ def training_accuracy(run_dir: str | Path, last: int = LAST_STEPS) -> tuple[floa
     accs = [r["acc"] for r in records if "acc" in r and r["step"] > final - last]
     if not accs:
         return None
-    k = len(accs)
-    mean = sum(accs) / k
-    sd = math.sqrt(sum((a - mean) ** 2 for a in accs) / (k - 1)) if k > 1 else 0.0
-    half = Z95 * sd / math.sqrt(k)
+    k, mean = len(accs), statistics.fmean(accs)
+    half = Z95 * (statistics.stdev(accs) if k > 1 else 0.0) / math.sqrt(k)
     return mean, max(0.0, mean - half), min(1.0, mean + half), k
 
 
