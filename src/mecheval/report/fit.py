@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.interventions.metrics import accuracy_interval
+from mecheval.report.overview import with_interval
 from mecheval.training.run_dir import RunDir
 
 LAST_STEPS = 1000
@@ -61,8 +62,8 @@ def fit_table(best: pd.DataFrame) -> pd.DataFrame:
         mean, lo, hi, k = train
         rows.append({
             "architecture": r["arch"], "d": int(r["model.d_model"]), "lr": f"{r['optim.lr']:g}", "seed": int(r["seed"]),
-            "training batches [95% CI]": f"{mean:.2f} [{lo:.2f}, {hi:.2f}] ({k} batches)",
-            "test accuracy [95% CI]": f"{r['acc']:.2f} [{test_lo:.2f}, {test_hi:.2f}] (n={n_test})",
+            "training batches [95% CI]": f"{with_interval(mean, lo, hi)} ({k} batches)",
+            "test accuracy [95% CI]": f"{with_interval(float(r['acc']), test_lo, test_hi)} (n={n_test})",
             "reading": FITS_ONLY if lo - test_hi > MEMORISED_GAP else "–",
         })
     return pd.DataFrame(rows)

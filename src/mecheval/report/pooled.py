@@ -18,13 +18,9 @@ from mecheval.report.compare import compare_accuracy, published_attribution, pub
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
 from mecheval.report.results import study_table
-from mecheval.sweeps.table import SEED, as_text, best_lr, collect
+from mecheval.sweeps.table import SEED, as_text, best_lr, collect, config_columns
 
 STUDY = "study"  # the column naming the study a pooled run was read from
-
-
-def _config_columns(raw: pd.DataFrame) -> list[str]:
-    return [c for c in raw.columns if c not in ("name", "status") and not c.startswith("summary.")]
 
 
 def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
@@ -41,7 +37,7 @@ def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
     tables = [study_table(d).assign(**{STUDY: str(d)}) for d in study_dirs]
     raw = pd.concat(raws, ignore_index=True)  # the config columns, row for row beside the tables
     df = pd.concat(tables, ignore_index=True)
-    config = _config_columns(raw)
+    config = config_columns(raw)
     keep = ~as_text(raw.drop(columns="name")).duplicated()  # the same config and summary: one run, copied
     raw, df = raw[keep].reset_index(drop=True), df[keep].reset_index(drop=True)
     best = best_lr(raw.assign(name=df["run_dir"]))["name"]  # run directories are unique where names are not

@@ -56,10 +56,14 @@ def as_text(df: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
     return df.map(lambda v: "nan" if v is None or (isinstance(v, float) and v != v) else str(v))
 
 
+def config_columns(df: pd.DataFrame) -> list[str]:
+    """The columns of a `collect` table that are config fields (not the run's name, status or summary)."""
+    return [c for c in df.columns if c not in ("name", "status") and not c.startswith("summary.")]
+
+
 def varying(df: pd.DataFrame) -> list[str]:
     """The config columns whose value differs between runs (what a sweep varied)."""
-    config_cols = [c for c in df.columns if c not in ("name", "status") and not c.startswith("summary.")]
-    return [c for c in config_cols if as_text(df[c]).nunique() > 1]  # missing (a field another kind of run lacks) counts
+    return [c for c in config_columns(df) if as_text(df[c]).nunique() > 1]  # missing (a field another kind of run lacks) counts
 
 
 def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
