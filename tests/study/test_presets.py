@@ -125,6 +125,14 @@ def test_depth_study_runs_each_architecture_at_its_own_rate_and_depth():
     assert {r.config.optim.lr for r in expand(SweepConfig.model_validate(STUDIES["ar-depth"].sweep("cpu")))} == {3e-3}
 
 
+def test_atr_depth_runs_the_twist_architectures_at_their_atr_rates():
+    sweep = STUDIES["atr-depth"].sweep("paper", widths=[64])
+    lrs = {point_label(p): r.config.optim.lr for p, r in zip(sweep["list"], expand(SweepConfig.model_validate(sweep)))}
+    # Mamba's ATR easy rate (3e-3) differs from its AR one (1e-2); the others have one measured rate, AR's
+    assert lrs == {"attention (1 layer)": 1e-3, "mamba (1 layer)": 3e-3, "based (1 layer)": 1e-3,
+                   "baseconv (1 layer)": 1e-3}
+
+
 def test_labels_name_depth_and_positions_as_reports_read_them_from_configs():
     from mecheval.report.results import arch_parts, arch_variant
     from mecheval.models.presets import arch_label

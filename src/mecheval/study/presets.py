@@ -294,9 +294,9 @@ STUDIES: dict[str, Study] = {
             cpu_measured="not timed yet",
             description="ATR easy with 1 layer: attention, Based, BaseConv and Mamba.",
             cpu_drops="one width (64), one learning rate (3e-3; the paper scale runs each architecture at its best "
-                      "d = 64 AR rate), 3,000 steps of batch 128",
+                      "d = 64 ATR easy rate, or its AR one where ATR has only one), 3,000 steps of batch 128",
             task={"name": "atr", "params": {"grammar": "easy"}}, cpu_task={"name": "atr", "params": {"grammar": "easy"}},
-            archs=[_deep(a, 1, AR_D64_LR[a]) for a in ("attention", "based", "baseconv", "mamba")],
+            archs=[_deep(a, 1, (AR_D64_LR | ATR_EASY_D64_LR)[a]) for a in ("attention", "based", "baseconv", "mamba")],
             steps=ATR_STEPS, min_effect=0.1, paper_length_groups=ATR_EASY_LENGTH_GROUPS,
             sites=("resid_pre", "conv_out", "core_out"), findings=("atr_one_layer_convs", "atr_one_layer_mamba"),
         ),
