@@ -34,7 +34,8 @@ CASES = {  # finding: (rows that reproduce it, rows that do not)
     "h3_hyena_poor": (runs(("h3", 0.02, NL, 0, 0, 0, 0.25), ("hyena", 0.3, DIR, 0, 1, 0, 0.25)),
                       runs(("h3", 0.93, DIR, 0, 0.3, 0.6, 0.25), ("hyena", 0.3, DIR, 0, 1, 0, 0.25))),
     "atr_storage": (with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("based", 0.8, IND, 0.95, 0, 0, 0.05),
-                                 ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("h3", 0.8, DIR, 0.03, 0.5, 0.5, 0.05))),
+                                 ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("h3", 0.8, DIR, 0.03, 0.5, 0.5, 0.05),
+                                 ("hyena", 0.7, DIR, 0.02, 0.5, 0.5, 0.05))),
                     with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("mamba", 0.9, "mixed", 0.5, 0.2, 0.3, 0.05)))),
     "one_layer_fails": (runs(*((f"{a} (1 layer)", 0.05, NL, 0, 0, 0, 0.0) for a in DEPTH_ZOO if a != "mamba")),
                         runs(("attention (1 layer)", 0.05, NL, 0, 0, 0, 0.0), ("based (1 layer)", 0.9, IND, 1, 0, 0, 0.0))),
@@ -60,6 +61,13 @@ def test_every_finding_has_a_case():
 def test_atr_storage_is_inconclusive_where_an_interval_straddles():
     rows = with_ci(runs(("attention", 0.9, IND, 0.82, 0, 0, 0.05), ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05)))
     assert FINDINGS["atr_storage"].check(rows).status == "inconclusive"  # attention's @value [0.77, 0.87]
+
+
+def test_atr_storage_is_inconclusive_until_every_named_architecture_ran():
+    reproduced, _ = CASES["atr_storage"]
+    outcome = FINDINGS["atr_storage"].check(reproduced[reproduced["arch"] != "hyena"])
+    assert outcome.status == "inconclusive" and outcome.evidence.endswith("not run: hyena")
+    assert FINDINGS["atr_storage"].check(reproduced).status == "reproduced"
 
 
 def test_near_chance_is_a_binomial_test_not_a_multiple_of_chance():

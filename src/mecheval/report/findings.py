@@ -75,11 +75,12 @@ def _describe(row: pd.Series) -> str:
     return ", ".join(parts)
 
 
-def _each(archs: list[str], test: Callable[[pd.Series], bool | None]) -> Callable[[pd.DataFrame], Outcome]:
+def _each(archs: list[str], test: Callable[[pd.Series], bool | None],
+          describe: Callable[[pd.Series], str] = _describe) -> Callable[[pd.DataFrame], Outcome]:
     """Reproduced where every named architecture ran and each of its runs passes `test`; not reproduced
     where one run decidedly fails; inconclusive where none fails but one is undecided (`test` gives None: an
     interval straddles a threshold) or a named architecture did not run (the claim is about all of them).
-    The evidence counts the runs of each kind and names the architectures that did not run."""
+    The evidence counts the runs of each kind, `describe`s each, and names the architectures that did not run."""
 
     def check(df: pd.DataFrame) -> Outcome:
         rows = df[df["arch"].isin(archs)]
@@ -87,7 +88,7 @@ def _each(archs: list[str], test: Callable[[pd.Series], bool | None]) -> Callabl
             return Outcome("not run", f"no runs of {', '.join(archs)}")
         results = [test(r) for _, r in rows.iterrows()]
         missing = [a for a in archs if a not in set(rows["arch"])]
-        evidence = _tally(results) + "; ".join(_describe(r) for _, r in rows.iterrows())
+        evidence = _tally(results) + "; ".join(describe(r) for _, r in rows.iterrows())
         if missing:
             evidence += f"; not run: {', '.join(missing)}"
         undecided = [None] if missing else []  # an architecture the claim names that did not run decides nothing
@@ -115,9 +116,10 @@ def _ci_vs(row: pd.Series, col: str, t: float, above: bool) -> bool | None:
     return decided if above or decided is None else not decided
 
 
-def each(id: str, claim: str, archs: list[str], test: Callable[[pd.Series], bool | None]) -> Finding:
+def each(id: str, claim: str, archs: list[str], test: Callable[[pd.Series], bool | None],
+         describe: Callable[[pd.Series], str] = _describe) -> Finding:
     """A finding about every run of `archs` (`_each`)."""
-    return Finding(id, claim, _each(archs, test), tuple(archs))
+    return Finding(id, claim, _each(archs, test, describe), tuple(archs))
 
 
 def _not(a: bool | None) -> bool | None:
@@ -243,18 +245,19 @@ def _mamba_vs_attention(df: pd.DataFrame) -> Outcome:
     return Outcome(_status(results), _tally(results) + "; ".join(evidence))
 
 
-def _atr_storage(df: pd.DataFrame) -> Outcome:
-    """attrib@value high (>= HIGH) for attention and Based, low (< LOW) for Mamba, H3 and Hyena, each run
-    decided by its 95% interval."""
-    high, low = ["attention", "based"], ["mamba", "h3", "hyena"]
-    rows = df[df["arch"].isin(high + low)].dropna(subset=["attrib@value"])
-    if rows.empty:
-        return Outcome("not run", f"no intervened runs of {', '.join(high + low)}")
-    results = [_ci_vs(r, "attrib@value", HIGH, above=True) if r["arch"] in high else _ci_vs(r, "attrib@value", LOW, above=False)
-               for _, r in rows.iterrows()]
-    evidence = "; ".join(f"{r['arch']} seed {r.get('seed', 0)} @value {r['attrib@value']:.2f} "
-                         f"[{r['attrib@value_lo']:.2f}, {r['attrib@value_hi']:.2f}]" for _, r in rows.iterrows())
-    return Outcome(_status(results), _tally(results) + evidence)
+STORES_AT_VALUE, RETRIEVES = ("attention", "based"), ("mamba", "h3", "hyena")  # the ATR storage claim's two sides
+
+
+def _atr_storage(row: pd.Series) -> bool | None:
+    """attrib@value high (>= HIGH) for attention and Based, low (< LOW) for Mamba, H3 and Hyena, decided by
+    its 95% interval."""
+    return _ci_vs(row, "attrib@value", HIGH, above=True) if row["arch"] in STORES_AT_VALUE \
+        else _ci_vs(row, "attrib@value", LOW, above=False)
+
+
+def _describe_value(row: pd.Series) -> str:
+    return (f"{row['arch']} seed {row.get('seed', 0)} @value {row['attrib@value']:.2f} "
+            f"[{row['attrib@value_lo']:.2f}, {row['attrib@value_hi']:.2f}]")
 
 
 FINDINGS: dict[str, Finding] = {
@@ -292,8 +295,8 @@ FINDINGS: dict[str, Finding] = {
         Finding("atr_mamba_vs_attention", "On ATR easy, Mamba is at least as accurate as attention (within "
                 f"{MARGIN}, on the same examples: all, and those outside both conv reaches).", _mamba_vs_attention,
                 ("mamba", "attention"), needs_all=True),
-        Finding("atr_storage", "On ATR, only attention and Based store the association at the value (attrib@value high); "
-                "Mamba, H3 and Hyena do not.", _atr_storage, ("attention", "based", "mamba", "h3", "hyena")),
+        each("atr_storage", "On ATR, only attention and Based store the association at the value (attrib@value high); "
+             "Mamba, H3 and Hyena do not.", [*STORES_AT_VALUE, *RETRIEVES], _atr_storage, _describe_value),
         each("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high "
              "attrib@value: accuracy >= 0.8 and attrib@value >= 0.5, each by its 95% interval).", ["mamba (d_conv 0)"],
              lambda r: _and(_high(r), _ci_vs(r, "attrib@value", VALUE_HIGH, above=True))),
