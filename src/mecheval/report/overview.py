@@ -62,7 +62,7 @@ def verdict_words(row: pd.Series) -> str:
     """`direct retrieval in 2 of 3 seeds (direct retrieval 2, mixed 1)`; the bare verdict for one seed."""
     verdict = row["verdict"]
     if not isinstance(verdict, str):
-        return "not intervened on"
+        return "no verdict"  # not intervened on, or nothing to read (1 layer without a short conv)
     counts = row.get("verdicts")
     if row["seeds"] < 2 or not isinstance(counts, str):
         return verdict
