@@ -20,6 +20,7 @@ from mecheval.interventions.conv_window import best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.interventions.verdict import FORMED, HIGH, LOW
 from mecheval.models.presets import arch_label
+from mecheval.report.overview import with_interval
 from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_accuracy, read_examples
 
 # the architectures of the study's depth runs (its appendix figure): the zoo before DeltaNet joined it
@@ -197,8 +198,8 @@ def _conv_forms(df: pd.DataFrame) -> Outcome:
             return Outcome("not run", f"no conv-window analysis in {r['run_dir']}")
         statuses.add(_conv_status(e, float(r["chance"])))
         evidence.append(
-            f"seed {r['seed']}: conv_out L{e['layer']} key+{e['offset']} restores {e['attrib']:.2f} "
-            f"[{e['lo']:.2f}, {e['hi']:.2f}]; L{e['layer']} taps of lag >= 1 zeroed: acc {e['acc']:.2f} -> "
+            f"seed {r['seed']}: conv_out L{e['layer']} key+{e['offset']} restores "
+            f"{with_interval(e['attrib'], e['lo'], e['hi'])}; L{e['layer']} taps of lag >= 1 zeroed: acc {e['acc']:.2f} -> "
             f"{e['cut_acc']:.2f} (n={e['cut_n']}, chance {float(r['chance']):.2f})"
         )
     status = next(s for s in ("not reproduced", "inconclusive", "reproduced") if s in statuses)
@@ -256,8 +257,8 @@ def _atr_storage(row: pd.Series) -> bool | None:
 
 
 def _describe_value(row: pd.Series) -> str:
-    return (f"{row['arch']} seed {row.get('seed', 0)} @value {row['attrib@value']:.2f} "
-            f"[{row['attrib@value_lo']:.2f}, {row['attrib@value_hi']:.2f}]")
+    value = with_interval(row["attrib@value"], row["attrib@value_lo"], row["attrib@value_hi"])
+    return f"{row['arch']} seed {row.get('seed', 0)} @value {value}"
 
 
 FINDINGS: dict[str, Finding] = {
