@@ -10,6 +10,7 @@ import torch
 from mecheval.interventions import interchange, mechanism
 from mecheval.interventions.artefact import distance_subsets, subsets
 from mecheval.interventions.carriers import CARRIERS, OTHERS, PUBLISHED, WINDOW, carrier_positions, carriers_table, read_kernel
+from mecheval.interventions.verdict import positions_words
 from mecheval.tasks import make_task
 from tests.interventions.handbuilt import carried_key_lm, induction_lm
 
@@ -89,3 +90,11 @@ def test_on_the_trained_quick_mamba_the_window_explains_what_the_published_three
     assert at.at[PUBLISHED, "distance 9"] < at.at[PUBLISHED, "distance 5"] and at.at[PUBLISHED, "distance 9"] < 0.85
     for subset in ("outside", "distance 5", "distance 7", "distance 9"):
         assert lo.at[CARRIERS, subset] > 0.95 and abs(at.at[OTHERS, subset]) < 0.05, subset
+
+
+def test_a_long_window_reads_as_ranges_and_a_short_one_in_full():
+    """A long conv's window (H3 on ATR: value … value+1023) reads as ranges; runs of up to four, and a gap, stay spelled."""
+    long = ["key", *(f"key+{i}" for i in range(1, 18)), "value", *(f"value+{i}" for i in range(1, 1024)), "sep", "query"]
+    assert positions_words(long) == "key … key+17, value … value+1023, sep, query"
+    assert positions_words(["key", "value", "value+1", "value+2", "value+3"]) == "key, value, value+1, value+2, value+3"
+    assert positions_words(["key", "key+2", "key+3", "key+4", "key+5", "key+6"]) == "key, key+2 … key+6"

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from itertools import groupby
 
 import pandas as pd
 
@@ -225,10 +226,27 @@ def window_detail(window: dict) -> str:
                    key=lambda k: -window[k][0])
     singles = [k for k in window if k not in JOINTS]
     inner = [k for k in singles if k not in ("sep", "query")]
-    text = (f"full window: key, value, query together restore {cell(PUBLISHED)}; {', '.join(inner)} together "
-            f"{cell(WINDOW)}; {', '.join(singles)} together {cell(CARRIERS)}")
+    text = (f"full window: key, value, query together restore {cell(PUBLISHED)}; {positions_words(inner)} together "
+            f"{cell(WINDOW)}; {positions_words(singles)} together {cell(CARRIERS)}")
     text += f"; singly beyond the three: {', '.join(f'@{k} {cell(k)}' for k in extra)}" if extra else f"; no single position beyond the three restores {SHOWN} or more"
     return text + f"; the other positions between key and answer together {cell(OTHERS)}"
+
+
+SPELLED = 4  # a run of consecutive positions longer than this reads as a range ("value … value+1023")
+
+
+def positions_words(names: list[str]) -> str:
+    """Window positions (`key`, `key+1`, …, `sep`, `query`) in words: each run of more than SPELLED
+    consecutive offsets from one anchor as `first … last` (a long conv's window spans the whole sequence)."""
+    def offset(name: str) -> tuple[str, int]:
+        anchor, _, k = name.partition("+")
+        return anchor, int(k or 0)
+
+    words = []
+    for _, run in groupby(enumerate(names), key=lambda e: (offset(e[1])[0], offset(e[1])[1] - e[0])):
+        run = [name for _, name in run]
+        words.append(f"{run[0]} … {run[-1]}" if len(run) > SPELLED else ", ".join(run))
+    return ", ".join(words)
 
 
 def _interval(rows: pd.DataFrame, position: str) -> tuple[float, float]:
