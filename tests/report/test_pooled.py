@@ -89,3 +89,15 @@ def test_a_pooled_block_that_cannot_be_filled_names_the_page(tmp_path, block, me
     root = _tree(tmp_path, block)
     with pytest.raises(PageError, match=f"docs/page.md: .*{message}"):
         generate(root)
+
+
+def test_the_findings_table_reads_each_pool_beside_its_studies(tmp_path):
+    """The README's findings block gets one row per pool of the pages: every seed of its studies at once
+    (3 seeds of Mamba without its conv), where each study alone holds one or two."""
+    root = _tree(tmp_path, "pooled name=twist task=atr scale=paper-d64")
+    (root / "README.md").write_text("# Readme\n\n<!-- generated: findings -->\n<!-- end generated -->\n")
+    text = generate(root)[Path("README.md")]
+    row = next(line for line in text.splitlines() if line.startswith("| Without its short convolution, Mamba learns induction"))
+    assert row.split("|")[-2].count("<br>") == len(NOCONV)  # the link column: one line per study, one for the pool
+    assert "paper-d64 (pooled)" in row and "[twist](docs/page.md#pooled-twist)" in row and "3 (0, 1, 2)" in row
+    assert '<a id="pooled-twist"></a>' in generate(root)[Path("docs/page.md")]

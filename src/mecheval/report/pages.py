@@ -7,7 +7,8 @@ A page (README.md, docs/**/*.md) holds generated blocks between two markers:
     <!-- end generated -->
 
 KINDs:
-    findings    the published findings each study checks, with our outcome, seeds, scale and a link
+    findings    the published findings each study checks, and each pool of the pages (below) read as one
+                study, with our outcome, seeds, scale and a link
     studies     every study under results/ whose task and scale match (`task=ar scale=cpu`; `study=DIR`
                 for one): what it ran, the findings it checks, one row per run, where the association
                 is formed, what the recurrent state carries and when the mechanism formed
@@ -150,21 +151,31 @@ def _examples(df: pd.DataFrame) -> str:
 
 def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]:
     """One row per published finding (in `FINDINGS` order) that a committed study checks; per study that
-    checks it, on its best-learning-rate runs as its report reads them: our outcome, the seeds, the
-    intervention examples per run, the scale and a link (one line each)."""
+    checks it, on its best-learning-rate runs as its report reads them, then per pooled block of the pages
+    (its studies read as one, every seed at the pool's best rate): our outcome, the seeds, the intervention
+    examples per run, the scale and a link (one line each)."""
     checks: dict[str, list[dict]] = {}
-    for study in studies(root):
-        meta = _meta(root / study)
-        df = _table(str(root / study), False) if meta.get("findings") else None
-        for fid in meta.get("findings", []):
-            best = df[df["best_lr"]]
+
+    def check(fids: list[str], best: pd.DataFrame, scale: str, link: str) -> None:
+        for fid in fids:
             outcome = FINDINGS[fid].check(best)
             if outcome.status != NOT_RUN:
                 stale = any(not verdict_is_current(Path(d)) for d in best["run_dir"] if (Path(d) / "verdict.json").exists())
                 checks.setdefault(fid, []).append({"ours": f"**{outcome.status}**" + (f" {EARLIER_RULES}" if stale else ""),
-                                                   "seeds": _seeds(best),
-                                                   "examples": _examples(best), "scale": study.parent.name,
-                                                   "study": _link(root, page, study, index)})
+                                                   "seeds": _seeds(best), "examples": _examples(best),
+                                                   "scale": scale, "study": link})
+
+    for study in studies(root):
+        meta = _meta(root / study)
+        if meta.get("findings"):
+            df = _table(str(root / study), False)
+            check(meta["findings"], df[df["best_lr"]], study.parent.name, _link(root, page, study, index))
+    for pool_page, args in pooled_specs(root):  # the pages' pools: several studies' seeds read as one
+        chosen, df = _pooled(root, args, pool_page)
+        name = _pool_name(args, pool_page)
+        rel = os.path.relpath(pool_page, page.parent).replace(os.sep, "/")
+        scales = ", ".join(sorted({s.parent.name for s in chosen}))
+        check(_pool_findings(root, chosen), best_runs(df), f"{scales} (pooled)", f"[{name}]({rel}#{POOL_ANCHOR}{name})")
     return [{"published finding": FINDINGS[fid].claim,
              **{col: "<br>".join(c[col] for c in checks[fid]) for col in checks[fid][0]}}
             for fid in FINDINGS if fid in checks]
@@ -297,6 +308,7 @@ def widths_block(root: Path, args: dict[str, str], page: Path) -> str:
 # ---- several studies read as one ----------------------------------------------------------------------
 
 POOL_FIGURES = {"boxes": "", "widths": "-widths"}  # figure -> its files' suffix after NAME
+POOL_ANCHOR = "pooled-"  # a pooled block's anchor on its page: pooled-NAME
 
 
 def _pool_name(args: dict[str, str], page: Path) -> str:
@@ -312,6 +324,20 @@ def _pool(root: Path, chosen: tuple[Path, ...]) -> pd.DataFrame:
     return pooled_table([root / s for s in chosen])
 
 
+def _pooled(root: Path, args: dict[str, str], page: Path) -> tuple[list[Path], pd.DataFrame]:
+    """A pooled block's studies and `pooled.pooled_table` of them; a pool of two designs names the page."""
+    chosen = _chosen(root, "pooled", args, page)
+    try:
+        return chosen, _pool(root, tuple(chosen))
+    except ValueError as e:
+        raise PageError(f"{page}: generated block 'pooled {_args(args)}': {e}") from None
+
+
+def _pool_findings(root: Path, chosen: list[Path]) -> list[str]:
+    """The findings the pooled studies check, each once, in the studies' order."""
+    return list(dict.fromkeys(f for s in chosen for f in _meta(root / s).get("findings", [])))
+
+
 def pool_files(name: str, figure: str) -> tuple[Path, Path]:
     """(CSV, PNG) of a pooled block's figure (`boxes` or `widths`), relative to the repository."""
     stem = POOL_DIR / f"{name}{POOL_FIGURES[figure]}"
@@ -322,11 +348,7 @@ def pool_data(root: Path, args: dict[str, str], page: Path) -> tuple[list[Path],
     """A pooled block's studies, `pooled.pooled_table` of them, and figure -> its data: `boxes` (the per-run
     attributions, where a learned run was intervened on) and `widths` (`width_table`, where the best runs
     span several widths)."""
-    chosen = _chosen(root, "pooled", args, page)
-    try:
-        df = _pool(root, tuple(chosen))
-    except ValueError as e:
-        raise PageError(f"{page}: generated block 'pooled {_args(args)}': {e}") from None
+    chosen, df = _pooled(root, args, page)
     data = {}
     runs = attribution_runs(df)
     if (runs["verdict"] != "not learned").any():
@@ -341,13 +363,13 @@ def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
     name = _pool_name(args, page)
     chosen, df, data = pool_data(root, args, page)
     done = int((df["status"] == "done").sum())
-    out = [f"The runs of {', '.join(f'`{s}`' for s in chosen)} read as one study: {done} finished runs (a run "
+    out = [f'<a id="{POOL_ANCHOR}{name}"></a>', "",
+           f"The runs of {', '.join(f'`{s}`' for s in chosen)} read as one study: {done} finished runs (a run "
            "committed in more than one study counted once), the best learning rate per architecture chosen over "
            "all of them. Accuracy outside the conv reach where intervened on, attributions at the verdict's read "
            "point: means over seeds with 95% intervals (t over seeds; one seed: its own), the published median "
            f"in brackets. Compared by intervals: {RULE}.", "", _markdown(pooled_summary(df).to_dict("records")), ""]
-    fids = list(dict.fromkeys(f for s in chosen for f in _meta(root / s).get("findings", [])))
-    rows = findings_checked(fids, df)
+    rows = findings_checked(_pool_findings(root, chosen), df)
     if rows:
         out += ["The findings these studies check, on the pooled best-learning-rate runs (every seed):", "",
                 _markdown(rows), ""]
