@@ -70,6 +70,18 @@ def test_atr_storage_is_inconclusive_until_every_named_architecture_ran():
     assert FINDINGS["atr_storage"].check(reproduced).status == "reproduced"
 
 
+def test_a_claim_about_atr_easy_reads_only_the_easy_runs():
+    """A pool holding large-vocabulary runs beside easy ones: the 1-layer Mamba claim (ATR easy) reads the easy
+    run and leaves the other grammar's out; a claim about ATR as a whole reads both."""
+    rows = runs(("mamba (1 layer)", 0.9, DIR, 0, 1, 0, 0.05), ("mamba (1 layer)", 0.5, DIR, 0, 1, 0, 0.05))
+    rows["task.params.grammar"] = ["easy", "large_vocab"]
+    outcome = FINDINGS["atr_one_layer_mamba"].check(rows)
+    assert outcome.status == "reproduced" and outcome.evidence.startswith("1 of 1 runs pass")
+    storage = with_ci(runs(("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("mamba", 0.9, IND, 0.9, 0, 0, 0.05)))
+    storage["task.params.grammar"] = ["easy", "large_vocab"]
+    assert FINDINGS["atr_storage"].check(storage).status == "not reproduced"
+
+
 def test_near_chance_is_a_binomial_test_not_a_multiple_of_chance():
     fails = FINDINGS["mamba_noconv_fails"].check
     assert fails(runs(("mamba (d_conv 0)", 0.27, NL, 0, 0, 0, 0.25))).status == "reproduced"

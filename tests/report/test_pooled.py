@@ -37,6 +37,16 @@ def test_the_box_figure_data_carry_the_published_medians_where_the_study_states_
     assert not any(arch == "mamba (d_conv 0)" for arch, _ in medians)  # none published for it
 
 
+def test_the_box_figure_keeps_grammars_apart_where_the_pool_spans_several():
+    df = pooled_table([D64 / s for s in NOCONV])
+    df.loc[df["arch"] == "attention", "task.params.grammar"] = "large_vocab"
+    runs = attribution_runs(df)
+    assert set(runs["arch"]) == {"attention · large_vocab", "mamba · easy", "mamba (d_conv 0) · easy"}
+    medians = published_medians(runs)
+    assert medians[("attention · large_vocab", "value")] == pytest.approx(0.90)  # the large-vocabulary median
+    assert medians[("mamba · easy", "key")] == pytest.approx(0.55)
+
+
 def test_a_run_trained_again_with_the_same_config_is_not_taken_for_a_copy(tmp_path):
     copy = tmp_path / "atr-mamba-noconv-seeds12"
     shutil.copytree(D64 / "atr-mamba-noconv-seeds12", copy)

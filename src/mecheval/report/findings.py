@@ -20,7 +20,7 @@ from mecheval.interventions.conv_window import best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.interventions.verdict import FORMED, HIGH, LOW
 from mecheval.models.presets import arch_label
-from mecheval.report.overview import with_interval
+from mecheval.report.overview import GRAMMAR, with_interval
 from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_accuracy, read_examples
 
 # the architectures of the study's depth runs (its appendix figure): the zoo before DeltaNet joined it
@@ -43,9 +43,16 @@ class Outcome:
 class Finding:
     id: str
     claim: str
-    check: Callable[[pd.DataFrame], Outcome]
+    test: Callable[[pd.DataFrame], Outcome]
     archs: tuple[str, ...] = ()  # the architectures it is about (labels, `arch`)
     needs_all: bool = False  # a comparison: it applies only where every one of `archs` ran
+    grammar: str | None = None  # an ATR claim about one grammar reads only that grammar's runs
+
+    def check(self, df: pd.DataFrame) -> Outcome:
+        """The outcome on the best-learning-rate runs `df` (those of `grammar` where the claim names one)."""
+        if self.grammar and GRAMMAR in df:
+            df = df[df[GRAMMAR].isna() | (df[GRAMMAR] == self.grammar)]  # no grammar: the task's default, easy
+        return self.test(df)
 
     def applies(self, ran: list[str]) -> bool:
         """Does the finding concern the architectures that ran (any of its own; all, for a comparison)?"""
@@ -118,9 +125,9 @@ def _ci_vs(row: pd.Series, col: str, t: float, above: bool) -> bool | None:
 
 
 def each(id: str, claim: str, archs: list[str], test: Callable[[pd.Series], bool | None],
-         describe: Callable[[pd.Series], str] = _describe) -> Finding:
+         describe: Callable[[pd.Series], str] = _describe, grammar: str | None = None) -> Finding:
     """A finding about every run of `archs` (`_each`)."""
-    return Finding(id, claim, _each(archs, test, describe), tuple(archs))
+    return Finding(id, claim, _each(archs, test, describe), tuple(archs), grammar=grammar)
 
 
 def _not(a: bool | None) -> bool | None:
@@ -290,12 +297,12 @@ FINDINGS: dict[str, Finding] = {
         each("based_with_positions", "Based with position embeddings still reaches high AR accuracy (.91).",
              [arch_label("based", None, positions="learned")], _high),
         each("atr_one_layer_convs", "On ATR easy with 1 layer, Based and BaseConv stay below high accuracy (≈ .51).",
-             [arch_label(a, None, 1) for a in ("based", "baseconv")], lambda r: _not(_high(r))),
+             [arch_label(a, None, 1) for a in ("based", "baseconv")], lambda r: _not(_high(r)), grammar="easy"),
         each("atr_one_layer_mamba", "On ATR easy with 1 layer, Mamba reaches high accuracy (.85–.94).",
-             [arch_label("mamba", None, 1)], _high),
+             [arch_label("mamba", None, 1)], _high, grammar="easy"),
         Finding("atr_mamba_vs_attention", "On ATR easy, Mamba is at least as accurate as attention (within "
                 f"{MARGIN}, on the same examples: all, and those outside both conv reaches).", _mamba_vs_attention,
-                ("mamba", "attention"), needs_all=True),
+                ("mamba", "attention"), needs_all=True, grammar="easy"),
         each("atr_storage", "On ATR, only attention and Based store the association at the value (attrib@value high); "
              "Mamba, H3 and Hyena do not.", [*STORES_AT_VALUE, *RETRIEVES], _atr_storage, _describe_value),
         each("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high "

@@ -89,8 +89,8 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def attribution_runs(df: pd.DataFrame) -> pd.DataFrame:
-    """The best-learning-rate runs of `pooled_table` that were intervened on, one row each: arch, seed, lr,
-    verdict, attrib@key / @value / @query, and `published@POS`, the study's median for the architecture
+    """The best-learning-rate runs of `pooled_table` that were intervened on, one row each: arch (`arch ·
+    grammar` where the runs span several grammars), seed, lr, verdict, attrib@key / @value / @query, and `published@POS`, the study's median for the architecture
     (NaN where it states none): what `figures.boxes_figure` draws."""
     runs = df[df["best_lr"] & df["verdict"].notna()]
     grammar = runs[GRAMMAR] if GRAMMAR in runs else pd.Series(None, index=runs.index)
@@ -98,6 +98,8 @@ def attribution_runs(df: pd.DataFrame) -> pd.DataFrame:
     for pos in POSITIONS:
         out[f"published@{pos}"] = [published_attribution(t, g if g == g else None, a, pos)
                                    for t, g, a in zip(runs["task.name"], grammar, runs["arch"])]
+    if grammar.nunique() > 1:  # one box per architecture and grammar, labelled as the accuracy bars are
+        out["arch"] = out["arch"] + " · " + grammar.to_numpy()
     return out.astype({f"published@{p}": float for p in POSITIONS}).reset_index(drop=True)
 
 
