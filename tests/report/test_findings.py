@@ -79,7 +79,8 @@ def test_a_claim_about_atr_easy_reads_only_the_easy_runs():
     assert outcome.status == "reproduced" and outcome.evidence.startswith("1 of 1 runs pass")
     storage = with_ci(runs(("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("mamba", 0.9, IND, 0.9, 0, 0, 0.05)))
     storage["task.params.grammar"] = ["easy", "large_vocab"]
-    assert FINDINGS["atr_storage"].check(storage).status == "not reproduced"
+    outcome = FINDINGS["atr_storage"].check(storage)
+    assert outcome.status == "not reproduced" and "mamba seed 0 on large_vocab @value 0.90" in outcome.evidence
 
 
 def test_near_chance_is_a_binomial_test_not_a_multiple_of_chance():

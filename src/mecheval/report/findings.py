@@ -72,10 +72,16 @@ def _accuracy(row: pd.Series) -> tuple[float, int]:
     return float(row["acc"]), int(row.get(EVAL_N) or 0)
 
 
+def _on(row: pd.Series) -> str:
+    """` on GRAMMAR` for an ATR run whose config names its grammar; empty otherwise."""
+    grammar = row.get(GRAMMAR)
+    return f" on {grammar}" if isinstance(grammar, str) else ""
+
+
 def _describe(row: pd.Series) -> str:
     acc, n = _accuracy(row)
     seed = f" seed {row['seed']}" if "seed" in row else ""
-    parts = [f"{row['arch']} d={row['model.d_model']}{seed}: acc {acc:.2f} (n={n})"]
+    parts = [f"{row['arch']} d={row['model.d_model']}{seed}{_on(row)}: acc {acc:.2f} (n={n})"]
     if row.get("verdict") == "not learned":  # attributions of a model that did not learn are noise
         parts.append("not learned")
     elif isinstance(row.get("verdict"), str):
@@ -265,7 +271,7 @@ def _atr_storage(row: pd.Series) -> bool | None:
 
 def _describe_value(row: pd.Series) -> str:
     value = with_interval(row["attrib@value"], row["attrib@value_lo"], row["attrib@value_hi"])
-    return f"{row['arch']} seed {row.get('seed', 0)} @value {value}"
+    return f"{row['arch']} seed {row.get('seed', 0)}{_on(row)} @value {value}"
 
 
 FINDINGS: dict[str, Finding] = {
