@@ -238,12 +238,13 @@ SPELLED = 4  # a run of consecutive positions longer than this reads as a range 
 def positions_words(names: list[str]) -> str:
     """Window positions (`key`, `key+1`, …, `sep`, `query`) in words: each run of more than SPELLED
     consecutive offsets from one anchor as `first … last` (a long conv's window spans the whole sequence)."""
-    def offset(name: str) -> tuple[str, int]:
+    def run_key(item: tuple[int, str]) -> tuple[str, int]:  # one anchor, offsets rising by one with the index
+        i, name = item
         anchor, _, k = name.partition("+")
-        return anchor, int(k or 0)
+        return anchor, int(k or 0) - i
 
     words = []
-    for _, run in groupby(enumerate(names), key=lambda e: (offset(e[1])[0], offset(e[1])[1] - e[0])):
+    for _, run in groupby(enumerate(names), key=run_key):
         run = [name for _, name in run]
         words.append(f"{run[0]} … {run[-1]}" if len(run) > SPELLED else ", ".join(run))
     return ", ".join(words)

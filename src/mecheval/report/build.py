@@ -27,7 +27,7 @@ from mecheval.report.compare import published_accuracy, published_attribution, p
 from mecheval.report.html import render_html
 from mecheval.report.fit import FIT_NOTE, fit_table
 from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
-from mecheval.report.overview import GRAMMAR, overview_table, overview_text, with_interval
+from mecheval.report.overview import GRAMMAR, by_grammar, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import study_table
 from mecheval.sweeps.table import runs_dir
@@ -235,7 +235,7 @@ def for_people(summary: pd.DataFrame) -> pd.DataFrame:
 
 def accuracy_bars(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary with one bar label per row: `arch · grammar` where the study ran several grammars."""
-    return summary.assign(arch=summary["arch"] + " · " + summary[GRAMMAR]) if GRAMMAR in summary else summary
+    return summary.assign(arch=by_grammar(summary["arch"], summary.get(GRAMMAR)))
 
 
 def seeds_table(df: pd.DataFrame) -> pd.DataFrame | None:

@@ -40,6 +40,14 @@ def shown_accuracy(row: pd.Series) -> tuple[float, float, float, str]:
     return float("nan"), float("nan"), float("nan"), "acc"
 
 
+def by_grammar(arch: pd.Series, grammar: pd.Series | None) -> pd.Series:
+    """`arch · grammar` per row where the rows span several grammars, else `arch`: the label of a bar or a
+    box, so that one architecture's runs on two grammars are not drawn as one."""
+    if grammar is None or grammar.nunique() <= 1:
+        return arch
+    return arch + " · " + grammar.to_numpy()
+
+
 def _label(row: pd.Series, summary: pd.DataFrame) -> str:
     """The architecture, with the width and grammar where the study has several."""
     label = row["arch"]

@@ -169,7 +169,7 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]
         meta = _meta(root / study)
         if meta.get("findings"):
             df = _table(str(root / study), False)
-            check(meta["findings"], df[df["best_lr"]], study.parent.name, _link(root, page, study, index))
+            check(meta["findings"], best_runs(df), study.parent.name, _link(root, page, study, index))
     for pool_page, args in pooled_specs(root):  # the pages' pools: several studies' seeds read as one
         chosen, df = _pooled(root, args, pool_page)
         name = _pool_name(args, pool_page)

@@ -16,7 +16,7 @@ import pandas as pd
 from mecheval.report.build import summarise
 from mecheval.report.compare import compare_accuracy, published_attribution, published_words
 from mecheval.report.figures import POSITIONS
-from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
+from mecheval.report.overview import GRAMMAR, by_grammar, shown_accuracy, with_interval
 from mecheval.report.results import study_table
 from mecheval.sweeps.table import SEED, as_text, best_lr, collect, config_columns
 
@@ -89,17 +89,16 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def attribution_runs(df: pd.DataFrame) -> pd.DataFrame:
-    """The best-learning-rate runs of `pooled_table` that were intervened on, one row each: arch (`arch ·
-    grammar` where the runs span several grammars), seed, lr, verdict, attrib@key / @value / @query, and `published@POS`, the study's median for the architecture
-    (NaN where it states none): what `figures.boxes_figure` draws."""
+    """The best-learning-rate runs of `pooled_table` that were intervened on, one row each: arch
+    (`overview.by_grammar`), seed, lr, verdict, attrib@key / @value / @query, and `published@POS`, the
+    study's median for the architecture (NaN where it states none): what `figures.boxes_figure` draws."""
     runs = df[df["best_lr"] & df["verdict"].notna()]
     grammar = runs[GRAMMAR] if GRAMMAR in runs else pd.Series(None, index=runs.index)
     out = runs[["arch", "seed", "optim.lr", "verdict", *(f"attrib@{p}" for p in POSITIONS)]].copy()
     for pos in POSITIONS:
         out[f"published@{pos}"] = [published_attribution(t, g if g == g else None, a, pos)
                                    for t, g, a in zip(runs["task.name"], grammar, runs["arch"])]
-    if grammar.nunique() > 1:  # one box per architecture and grammar, labelled as the accuracy bars are
-        out["arch"] = out["arch"] + " · " + grammar.to_numpy()
+    out["arch"] = by_grammar(out["arch"], grammar)  # one box per architecture and grammar
     return out.astype({f"published@{p}": float for p in POSITIONS}).reset_index(drop=True)
 
 
