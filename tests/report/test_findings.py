@@ -21,6 +21,11 @@ def with_ci(df: pd.DataFrame, half: float = 0.05) -> pd.DataFrame:
     return df.assign(**{"attrib@value_lo": df["attrib@value"] - half, "attrib@value_hi": df["attrib@value"] + half})
 
 
+def on_heldout(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows' attrib@value and its interval read as on the held-out split (`heldout.attrib@value`)."""
+    return df.rename(columns={c: f"heldout.{c}" for c in ("attrib@value", "attrib@value_lo", "attrib@value_hi")})
+
+
 IND, DIR, NL = "induction", "direct retrieval", "not learned"
 CASES = {  # finding: (rows that reproduce it, rows that do not)
     "attention_induction": (runs(("attention", 1.0, IND, 1.0, 0.0, 0.0, 0.25)),
@@ -37,6 +42,10 @@ CASES = {  # finding: (rows that reproduce it, rows that do not)
                                  ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("h3", 0.8, DIR, 0.03, 0.5, 0.5, 0.05),
                                  ("hyena", 0.7, DIR, 0.02, 0.5, 0.5, 0.05))),
                     with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05), ("mamba", 0.9, "mixed", 0.5, 0.2, 0.3, 0.05)))),
+    "atr_heldout_storage": (on_heldout(with_ci(runs(("attention", 0.8, IND, 1.2, 0, 0, 0.05), ("based", 0.8, IND, 0.9, 0, 0, 0.05),
+                                                   ("mamba", 0.9, DIR, 0.01, 0.4, 0.6, 0.05), ("h3", 0.8, DIR, 0.03, 0.5, 0.5, 0.05),
+                                                   ("hyena", 0.7, DIR, 0.02, 0.5, 0.5, 0.05)))),
+                            on_heldout(with_ci(runs(("attention", 0.8, IND, 0.3, 0, 0, 0.05))))),
     "one_layer_fails": (runs(*((f"{a} (1 layer)", 0.05, NL, 0, 0, 0, 0.0) for a in DEPTH_ZOO if a != "mamba")),
                         runs(("attention (1 layer)", 0.05, NL, 0, 0, 0, 0.0), ("based (1 layer)", 0.9, IND, 1, 0, 0, 0.0))),
     "one_layer_mamba": (runs(("mamba (1 layer)", 0.85, DIR, 0, 1, 0, 0.0)), runs(("mamba (1 layer)", 0.3, NL, 0, 0, 0, 0.0))),
@@ -68,6 +77,14 @@ def test_atr_storage_is_inconclusive_until_every_named_architecture_ran():
     outcome = FINDINGS["atr_storage"].check(reproduced[reproduced["arch"] != "hyena"])
     assert outcome.status == "inconclusive" and outcome.evidence.endswith("not run: hyena")
     assert FINDINGS["atr_storage"].check(reproduced).status == "reproduced"
+
+
+def test_the_held_out_storage_claim_reads_the_held_out_split_not_the_test_split():
+    rows = with_ci(runs(("attention", 0.8, IND, 1.0, 0, 0, 0.05)))  # @value high on the test split only
+    assert FINDINGS["atr_heldout_storage"].check(rows).status == "inconclusive"  # no held-out readout: undecided
+    held = rows.assign(**{"heldout.attrib@value": 0.2, "heldout.attrib@value_lo": 0.1, "heldout.attrib@value_hi": 0.3})
+    outcome = FINDINGS["atr_heldout_storage"].check(held)
+    assert outcome.status == "not reproduced" and "attention seed 0 held-out @value 0.20 [0.10, 0.30]" in outcome.evidence
 
 
 def test_a_claim_about_atr_easy_reads_only_the_easy_runs():

@@ -36,6 +36,7 @@ TINY_HELDOUT = Study(
     archs=[_arch("attention", d_model=16)],
     steps=(30, 30),
     base={"eval.splits": ["train", "test", "heldout"]},
+    splits=("heldout",),
     min_effect=0.1,
 )
 

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from mecheval.interventions.runs import split_dir
 from mecheval.report.terminal import print_summary
 from mecheval.study import run_study
-from tests.study.conftest import TINY
+from tests.study.conftest import TINY, TINY_HELDOUT
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,7 @@ def test_report_rows_are_the_architectures_with_their_labels(tiny_study):
     rows = dict(zip(report.summary["arch"], report.summary["acc"]))
     assert rows == {"attention": best["attention"], "mamba (d_conv 0)": best["mamba"]}
     text = report.markdown.read_text()
-    for claim in ("Attention reaches high AR accuracy", "Mamba with d_conv 0 or 1 fails AR"):
+    for claim in ("Attention reaches high AR accuracy", "Mamba without its short convolution (d_conv 0) fails AR"):
         assert claim in text
     # h3/hyena were not in this study: their finding is counted as left out, not listed as "not run"
     assert "H3 and Hyena do poorly" not in text and "about architectures not in this study are left out" in text
@@ -110,6 +111,29 @@ def test_held_out_accuracy_is_reported_where_the_study_evaluates_it(tiny_heldout
     assert "held-out accuracy" in report.markdown.read_text()
     # a study without the split has no such column
     assert "acc_heldout" not in tiny_study[1].summary
+
+
+def test_a_further_split_is_intervened_on_its_own_examples_and_reported(tiny_heldout_study):
+    from mecheval import load_run
+    from mecheval.interventions.accuracy import example_ids
+
+    out, report = tiny_heldout_study
+    [run_dir] = sorted((out / "runs").iterdir())
+    heldout = split_dir(run_dir, "heldout")
+    _, task, _ = load_run(run_dir)
+    ids = pd.read_parquet(heldout / "examples.parquet")["id"].tolist()
+    assert ids == example_ids(task.sample(32, seed=0, split="heldout"))  # the held-out pairs, not the test split's
+    assert ids != pd.read_parquet(run_dir / "examples.parquet")["id"].tolist()
+    verdict = json.loads((heldout / "verdict.json").read_text())
+    assert report.summary["heldout.attrib@value"].tolist() == pytest.approx([verdict["attrib@value"]])
+    assert report.summary["published_heldout_acc"].tolist() == [0.35]  # attention at d = 16
+    assert "held-out @value" in report.markdown.read_text()
+    before = (heldout / "verdict.json").stat().st_mtime_ns  # resumed: read once
+    run_study(TINY_HELDOUT, out, workers=1, n_examples=32, quiet=True)
+    assert (heldout / "verdict.json").stat().st_mtime_ns == before
+    (heldout / "verdict.json").write_text("{")  # left invalid: read again
+    run_study(TINY_HELDOUT, out, workers=1, n_examples=32, quiet=True)
+    assert json.loads((heldout / "verdict.json").read_text())["attrib@value"] == pytest.approx(verdict["attrib@value"])
 
 
 def test_an_unreadable_run_is_skipped_by_the_study_interventions(tiny_study, tmp_path, capsys):

@@ -90,6 +90,12 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
 # joint patch where read (2: by the joint key&query patch; 1: points)
 VERDICT_RULES = 3
 VERDICT = "verdict.json"
+SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
+
+
+def split_dir(run_dir: Path, split: str) -> Path:
+    """Where `intervene_run(..., split=split, out=...)` writes a run's readouts on a split other than test."""
+    return Path(run_dir) / SPLITS / split
 NUMBER = (int, float)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
                   "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on

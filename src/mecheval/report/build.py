@@ -23,13 +23,13 @@ from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
 from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
-from mecheval.report.compare import published_accuracy, published_attribution, published_verdict
+from mecheval.report.compare import published_accuracy, published_attribution, published_heldout, published_verdict
 from mecheval.report.html import render_html
 from mecheval.report.fit import FIT_NOTE, fit_table
 from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, by_grammar, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
-from mecheval.report.results import study_table
+from mecheval.report.results import HELDOUT_VALUE, study_table
 from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
 from mecheval.report.widths import RULE, readable_widths, spans_widths, width_figure, width_table
@@ -71,7 +71,7 @@ HUMAN = {  # column -> header for people
     "acc_outside": "accuracy outside conv reach [95% CI]", "published_acc": "published accuracy",
     "verdict": "mechanism", "verdicts": "mechanism per seed", "published_verdict": "published mechanism",
     "agree": "agrees", "attrib@key": "@key [95% CI]", "attrib@value": "@value [95% CI]",
-    "attrib@query": "@query [95% CI]",
+    "attrib@query": "@query [95% CI]", HELDOUT_VALUE: "held-out @value [95% CI]",
 }
 
 CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
@@ -135,8 +135,9 @@ def _mode(values: pd.Series):
     return None if counts.empty else sorted(counts[counts == counts.max()].index)[0]
 
 
-MEANS = ("acc", "acc_heldout", "acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", "effect")
-INTERVALS = ("acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query")  # shown with a 95% interval
+MEANS = ("acc", "acc_heldout", "acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", HELDOUT_VALUE,
+         "effect")
+INTERVALS = ("acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", HELDOUT_VALUE)  # with a 95% interval
 
 
 def _interval(group: pd.DataFrame, col: str) -> tuple[float, float]:
@@ -179,17 +180,23 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
                             for t, gr, a, w in zip(out["task"], grammar, out["arch"], out["model.d_model"])]
     out["published_verdict"] = [published_verdict(t, a) for t, a in zip(out["task"], out["arch"])]
     out["agree"] = [_agree(o, p) for o, p in zip(out["verdict"], out["published_verdict"])]
+    heldout = "acc_heldout" in out
+    if heldout:
+        pub = [published_heldout(a, int(w)) for a, w in zip(out["arch"], out["model.d_model"])]
+        out["published_heldout_acc"] = [a for a, _ in pub]
+        out["published_heldout_value"] = [v for _, v in pub]
     shown_grammar = [GRAMMAR] if GRAMMAR in out and out[GRAMMAR].nunique() > 1 else []
     with_ci = [x for c in shown for x in (c, f"{c}_lo", f"{c}_hi")]
     cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
-            *(["acc_heldout"] if "acc_heldout" in out else []), *[c for c in with_ci if c.startswith("acc")],
+            *(["acc_heldout", "published_heldout_acc"] if heldout else []), *[c for c in with_ci if c.startswith("acc")],
             "published_acc", "verdict", "verdicts", *(["detail"] if "detail" in out else []), "published_verdict",
-            "agree", *[c for c in with_ci if c.startswith("attrib")], "effect", "seed_list",
-            *([c for c in ("n_min", "n_max") if c in out])]
+            "agree", *[c for c in with_ci if "attrib@" in c], *(["published_heldout_value"] if heldout else []),
+            "effect", "seed_list", *([c for c in ("n_min", "n_max") if c in out])]
     for c in ("attrib@key", "attrib@value", "attrib@query"):
         if c not in cols:
             cols.insert(cols.index("effect"), c)
-    return out[cols].astype({"published_acc": float}).reset_index(drop=True)
+    floats = {c: float for c in ("published_acc", "published_heldout_acc", "published_heldout_value") if c in cols}
+    return out[cols].astype(floats).reset_index(drop=True)
 
 
 def _counts(values: pd.Series) -> str:
@@ -212,7 +219,7 @@ def readable(summary: pd.DataFrame) -> pd.DataFrame:
         if f"{c}_lo" not in out:
             continue
         out[c] = [
-            "–" if c.startswith("attrib") and v == "not learned" else with_interval(m, lo, hi)
+            "–" if "attrib@" in c and v == "not learned" else with_interval(m, lo, hi)
             for m, lo, hi, v in zip(out[c], out[f"{c}_lo"], out[f"{c}_hi"], out["verdict"])
         ]
         out = out.drop(columns=[f"{c}_lo", f"{c}_hi"])
@@ -227,10 +234,14 @@ def for_people(summary: pd.DataFrame) -> pd.DataFrame:
     drop = ["detail", "effect", "acc_all", "seed_list", "n_min", "n_max"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
     out = out.drop(columns=[c for c in drop if c in out])
     out["optim.lr"] = [f"{v:g}" for v in out["optim.lr"]]
-    for c in ("acc", "acc_heldout", "published_acc"):
+    for c in ("acc", "acc_heldout", "published_acc", "published_heldout_acc", "published_heldout_value"):
         if c in out:
             out[c] = ["–" if v != v else f"{v:.2f}" for v in out[c].astype(float)]
-    return out.rename(columns=HUMAN)
+    for ours, theirs in (("acc_heldout", "published_heldout_acc"), (HELDOUT_VALUE, "published_heldout_value")):
+        if theirs in out:  # the held-out figures with the study's beside, in one cell
+            out[ours] = [f"{a} ({p})" for a, p in zip(out[ours], out.pop(theirs))]
+    return out.rename(columns=HUMAN | {"acc_heldout": "held-out accuracy (published)",
+                                       HELDOUT_VALUE: "held-out @value [95% CI] (published)"})
 
 
 def accuracy_bars(summary: pd.DataFrame) -> pd.DataFrame:

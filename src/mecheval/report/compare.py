@@ -51,6 +51,12 @@ def published_attribution(task: str, grammar: str | None, arch: str, position: s
     return published.ATR_ATTRIB_MEDIANS.get(position, {}).get(arch, {}).get(grammar or "easy")
 
 
+def published_heldout(label: str, width: int) -> tuple[float | None, float | None]:
+    """The study's ATR generalisation figures for the architecture labelled `label` at `width`: (accuracy on
+    the held-out pairs, attrib@value on them); None where it states none."""
+    return published.ATR_HELDOUT.get(label, {}).get(width), published.ATR_HELDOUT_VALUE.get(label)
+
+
 def published_interval(value: float, n: int = PUBLISHED_N) -> tuple[float, float]:
     """The 95% Wilson interval of a published accuracy, read as round(value * n) correct of the n test
     examples the study evaluates on."""

@@ -25,7 +25,7 @@ td.inconclusive { background: #fbf3d9; }
 #summary { background: #f7f9fc; border: 1px solid #dde3ee; padding: 0.2em 1em; }
 #summary h2 { margin-top: 0.6em; }
 details { margin: -0.6em 0 1.2em; } details > div { overflow-x: auto; }
-details table { width: auto; } details td { overflow-wrap: normal; white-space: nowrap; }
+div.table { overflow-x: auto; } details table { width: auto; } details td { overflow-wrap: normal; white-space: nowrap; }
 figure { display: inline-block; margin: 0.5em; vertical-align: top; max-width: 540px; }
 figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 12px; color: #444; }
@@ -68,10 +68,10 @@ window.addEventListener("load", () => {
 
 def table_html(table: pd.DataFrame) -> Markup:
     """A table with agree/disagree and reproduced/inconclusive/not-reproduced cells classed for colour;
-    every header and cell escaped."""
+    every header and cell escaped; one wider than the page scrolls in its own box."""
     if table.empty:
         return Markup("<p>(none)</p>")
-    rows = ["<table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in table.columns) + "</tr>"]
+    rows = ['<div class="table"><table><tr>' + "".join(f"<th>{escape(c)}</th>" for c in table.columns) + "</tr>"]
     for _, r in table.iterrows():
         cells = []
         for v in r:
@@ -80,7 +80,7 @@ def table_html(table: pd.DataFrame) -> Markup:
                 "num" if _is_number(text) else "")
             cells.append(f'<td class="{cls}">{escape(text)}</td>' if cls else f"<td>{escape(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return Markup("\n".join(rows) + "</table>")
+    return Markup("\n".join(rows) + "</table></div>")
 
 
 def _is_number(text: str) -> bool:

@@ -134,3 +134,7 @@ ATR_HELDOUT: dict[str, dict[int, float]] = {
     "hyena": dict(zip(WIDTHS, (0.24, 0.13, 0.34, 0.43, 0.45))),
     "baseconv": dict(zip(WIDTHS, (0.24, 0.17, 0.20, 0.24, 0.27))),
 }
+# ATR generalisation: attrib@value on the held-out split (corrupt the key), one figure per architecture
+# (width not stated); "others ≈ 0" as 0.0
+ATR_HELDOUT_VALUE: dict[str, float] = {"attention": 1.22, "based": 0.87, "mamba": 0.0, "h3": 0.0, "hyena": 0.0,
+                                       "baseconv": 0.0}

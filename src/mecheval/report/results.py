@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.interventions.runs import VERDICT, read_verdict_file
+from mecheval.interventions.runs import SPLITS, VERDICT, read_verdict_file, split_dir
 from mecheval.models.mixers import mixer_label
 from mecheval.plugins import is_import_path
 from mecheval.models.presets import PUBLISHED_LAYERS, arch_label
@@ -17,6 +17,7 @@ from mecheval.training.run_dir import RunDir
 
 ACC = "summary.final.test.acc"
 HELDOUT_ACC = "summary.final.heldout.acc"  # ATR's generalisation split, where the study evaluates it
+HELDOUT_VALUE = "heldout.attrib@value"  # attrib@value read on that split (`study.presets.Study.splits`)
 VERDICT_FIELDS = ("verdict", "detail", "effect", "attrib@key", "attrib@value", "attrib@query")  # always present
 
 
@@ -90,7 +91,8 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     """Every run of the study: config, summary, `arch` (its label; as data: `arch_name`, `arch_conv`), `acc` (`acc_heldout` too where the held-out
     split was evaluated), `best_lr` (True for the runs the published selection keeps), `run_dir`, and
     every field of the run's verdict.json (None where interventions were not run): the verdict and its
-    detail, attributions with intervals, `acc_all` / `acc_outside` with intervals and example counts.
+    detail, attributions with intervals, `acc_all` / `acc_outside` with intervals and example counts; those
+    of a further split's readout as `split.field` (e.g. `heldout.attrib@value`, `runs.split_dir`).
     `every_run`: also the runs in the directory that its sweep.yaml does not list (`sweeps.table.collect`)."""
     study_dir = Path(study_dir)
     df = collect(study_dir, every_run)
@@ -107,11 +109,19 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     root = runs_dir(study_dir)
     df["chance"] = [_chance(RunDir(root / name).read_config_data()["task"]) for name in df["name"]]
     df["run_dir"] = [str(root / name) for name in df["name"]]
-    verdicts = []
-    for name in df["name"]:  # a verdict.json that does not read is an error naming it (`read_verdict_file`)
-        run_dir = root / name
-        verdicts.append(read_verdict_file(run_dir) if (run_dir / VERDICT).exists() else {})
+    dirs = [root / name for name in df["name"]]
+    verdicts = _verdicts(dirs)
     fields = list(dict.fromkeys([*VERDICT_FIELDS, *(k for v in verdicts for k in v)]))
     for f in fields:  # the verdict, its detail and intervals, and the accuracy it rests on (`intervene_run`)
         df[f] = [v.get(f) for v in verdicts]
-    return df
+    further = {}  # a further split's readout, as `split.field`
+    for split in sorted({p.parent.name for d in dirs for p in (d / SPLITS).glob(f"*/{VERDICT}")}):
+        verdicts = _verdicts([split_dir(d, split) for d in dirs])
+        further |= {f"{split}.{f}": [v.get(f) for v in verdicts] for f in dict.fromkeys(k for v in verdicts for k in v)}
+    return pd.concat([df, pd.DataFrame(further, index=df.index)], axis=1) if further else df
+
+
+def _verdicts(dirs: list[Path]) -> list[dict]:
+    """The verdict.json of each directory, {} where it has none; one that does not read is an error naming it
+    (`read_verdict_file`)."""
+    return [read_verdict_file(d) if (d / VERDICT).exists() else {} for d in dirs]

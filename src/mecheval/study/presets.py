@@ -94,6 +94,7 @@ class Study:
     sites: tuple[str, ...] = ("resid_pre",)
     min_effect: float = 0.01  # the published filter: 0.01 on AR, 0.1 on ATR
     analyses: tuple[str, ...] = ()  # extra readouts of `intervene_run` (e.g. "conv-window")
+    splits: tuple[str, ...] = ()  # further splits read as the test split is, into RUN/splits/<split>/ (no analyses)
     findings: tuple[str, ...] = ()  # ids of `mecheval.report.findings.FINDINGS` checked in the report
     cpu_measured: str = "not timed yet"  # how long the cpu scale took here, and on what
     # the paper scale's `length_groups` (its ATR batches pad to ~3x their tokens; benchmarks/length_groups.py)
@@ -271,9 +272,10 @@ STUDIES: dict[str, Study] = {
                       "3,000 steps of batch 128",
             task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
             cpu_task={"name": "atr", "params": {"grammar": "easy", "holdout_frac": 0.2}},
-            archs=[_arch(a) for a in ZOO], cpu_archs=[_arch(a) for a in ("attention", "based", "mamba")],
+            archs=[_arch(a) for a in ZOO] + [_arch("mamba", d_conv=0)],
+            cpu_archs=[_arch(a) for a in ("attention", "based", "mamba")],
             steps=ATR_STEPS, min_effect=0.1, paper_length_groups=ATR_EASY_LENGTH_GROUPS,
-            base={"eval.splits": ["train", "test", "heldout"]},
+            base={"eval.splits": ["train", "test", "heldout"]}, splits=("heldout",), findings=("atr_heldout_storage",),
         ),
         Study(
             name="ar-depth",

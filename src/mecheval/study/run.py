@@ -2,6 +2,7 @@
 
     OUT/sweep.yaml, OUT/runs/<name>/...   the sweep (see mecheval.sweeps)
     OUT/runs/<name>/interventions.parquet, verdict.json, interventions/*.png
+    OUT/runs/<name>/splits/<split>/       the same readouts on the study's further splits (ATR's held-out pairs)
     OUT/runs/<name>/timeline.parquet      the readouts at every snapshot (snapshots/, not committed)
     OUT/runs.parquet                      every run, config fields and summary metrics
     OUT/study.json                        preset, scale, what the cpu scale drops, timings
@@ -21,7 +22,8 @@ from tqdm import tqdm
 from mecheval.common import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
-from mecheval.interventions.runs import has_valid_verdict, intervene_run, relabel_run, verdict_is_current, write_examples
+from mecheval.interventions.runs import (has_valid_verdict, intervene_run, relabel_run, split_dir, verdict_is_current,
+                                         write_examples)
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
@@ -73,18 +75,22 @@ def run_study(
     with DirLock(out, "study directory"):  # readouts written: no report reads the study meanwhile
         start = time.perf_counter()
         runs = sorted(out / RUNS / o.name for o in outcomes)
-        todo = [d for d in runs if not has_valid_verdict(d)]  # missing, or left empty or invalid: recomputed
-        for run_dir in runs:  # verdicts decided by earlier rules: decided anew from their tables
-            if run_dir not in todo and not verdict_is_current(run_dir):
-                relabel_run(run_dir, study.min_effect)
+        todo = []
+        for split in ("test", *study.splits):  # the test split, then the study's further ones (ATR's held-out pairs)
+            for run_dir in runs:
+                out_dir = _readout_dir(run_dir, split)
+                if not has_valid_verdict(out_dir):  # missing, or left empty or invalid: recomputed
+                    todo.append((run_dir, split))
+                elif not verdict_is_current(out_dir):  # decided by earlier rules: decided anew from its tables
+                    relabel_run(out_dir, study.min_effect)
         unreadable = []
-        for run_dir in tqdm(todo, desc="intervene", unit="run", disable=quiet):
+        for run_dir, split in tqdm(todo, desc="intervene", unit="run", disable=quiet):
             try:
-                intervene_run(run_dir, corrupt=list(study.corrupt), n=n_examples, sites=list(study.sites),
-                              min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
+                _intervene(run_dir, study, n_examples, split)
             except Exception as e:  # one bad run is reported and skipped; the report shows it without a verdict
-                unreadable.append(run_dir.name)
-                tqdm.write(f"skipped interventions of {run_dir.name}: {describe(e)}", file=sys.stderr)
+                name = run_dir.name if split == "test" else f"{run_dir.name} ({split})"
+                unreadable.append(name)
+                tqdm.write(f"skipped interventions of {name}: {describe(e)}", file=sys.stderr)
         times["intervene_s"] = time.perf_counter() - start
 
         start = time.perf_counter()  # the readouts over training, where snapshots were kept (only new ones)
@@ -123,12 +129,26 @@ def relabel_study(out: str | Path, repatch: bool = False) -> Report:
     meta = json.loads((out / STUDY_JSON).read_text())
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
-        if (run_dir / "interventions.parquet").exists():
-            if repatch:
-                intervene_run(run_dir, corrupt=list(study.corrupt), n=meta["n_examples"], sites=list(study.sites),
-                              min_effect=study.min_effect, skip_missing_sites=True, analyses=list(study.analyses))
-            else:
-                relabel_run(run_dir, study.min_effect)
-            if not (run_dir / EXAMPLES).exists():
-                write_examples(run_dir, meta["n_examples"])
+        for split in ("test", *study.splits):
+            if (_readout_dir(run_dir, split) / "interventions.parquet").exists():
+                if repatch:
+                    _intervene(run_dir, study, meta["n_examples"], split)
+                else:
+                    relabel_run(_readout_dir(run_dir, split), study.min_effect)
+        if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists():
+            write_examples(run_dir, meta["n_examples"])
     return build_report(out)
+
+
+def _readout_dir(run_dir: Path, split: str) -> Path:
+    """Where a run's readouts on `split` lie: the run directory for the test split, else RUN/splits/<split>/."""
+    return run_dir if split == "test" else split_dir(run_dir, split)
+
+
+def _intervene(run_dir: Path, study: Study, n: int, split: str = "test") -> None:
+    """The study's interventions on one run's `split`: the test split with the study's analyses, a further split
+    (into RUN/splits/<split>/) without them."""
+    test = split == "test"
+    intervene_run(run_dir, corrupt=list(study.corrupt), n=n, sites=list(study.sites), min_effect=study.min_effect,
+                  skip_missing_sites=True, analyses=list(study.analyses) if test else [], split=split,
+                  out=None if test else split_dir(run_dir, split))
