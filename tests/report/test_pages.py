@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -15,6 +16,15 @@ STUDY = "results/cpu/quick"
 def test_committed_pages_match_the_results():
     stale = stale_pages(ROOT)
     assert stale == [], f"pages differ from results/: {stale}; run `mecheval pages` and commit the result"
+
+
+def test_the_study_figure_keeps_each_atr_grammar_apart():
+    """Based ran on ATR easy and on the large vocabulary at d = 64: two rows, each beside its grammar's median."""
+    data = pd.read_csv(ROOT / FIGURE_DATA)
+    value = data[(data["task"] == "atr") & (data["scale"] == "paper-d64") & (data["quantity"] == "@value")
+                 & (data["source"] == "published")]
+    published = value.set_index("arch")["value"]
+    assert published["based"] == 0.93 and published["based · large_vocab"] == 0.95
 
 
 def _tree(tmp_path: Path, block: str) -> Path:

@@ -34,7 +34,7 @@ def figure_data(root: Path) -> pd.DataFrame:
     """One row per (run or published value, quantity): task, scale, arch, quantity, source (ours /
     published), value. Ours: the best-learning-rate runs of every study with a study.json, for the
     architectures the study compares, with their default conv or none; `arch` names the width where the
-    study's runs span several."""
+    study's runs span several, and an ATR grammar other than easy (`based · large_vocab`)."""
     from mecheval.report.pages import _meta, _table, studies
 
     rows = []
@@ -46,7 +46,10 @@ def figure_data(root: Path) -> pd.DataFrame:
         best = best[best["arch_conv"].isna() | (best["arch_conv"] == 0)]
         several = best["model.d_model"].nunique() > 1  # each width its own line (`widths.py` draws the trend)
         for _, r in best.iterrows():
+            grammar = r.get("task.params.grammar")
+            grammar = grammar if isinstance(grammar, str) else None
             arch = f"{r['arch']} (d = {int(r['model.d_model'])})" if several else r["arch"]
+            arch += f" · {grammar}" if grammar not in (None, "easy") else ""  # ATR's other grammars: rows of their own
             key = {"task": r["task.name"], "scale": study.parent.name, "arch": arch}
             run = f"{study}/{r['name']}"  # relative to the repository, wherever it is checked out
             acc = r.get("acc_outside")
@@ -55,8 +58,6 @@ def figure_data(root: Path) -> pd.DataFrame:
             if isinstance(r.get("verdict"), str) and r["verdict"] != "not learned":
                 rows += [{**key, "quantity": f"@{role}", "source": "ours", "value": float(r[f"attrib@{role}"]),
                           "run": run} for role in published.ROLES]
-            grammar = r.get("task.params.grammar")
-            grammar = grammar if isinstance(grammar, str) else None
             pub = {"accuracy": published_accuracy(r["task.name"], grammar, r["arch_name"], r["arch_conv"] if r["arch_conv"] == r["arch_conv"] else None,
                                                   int(r["model.d_model"]), r["arch"])}
             pub |= {f"@{k}": v for k, v in _published_attribution(r["task.name"], grammar, r["arch"]).items()}
