@@ -112,13 +112,13 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     dirs = [root / name for name in df["name"]]
     verdicts = _verdicts(dirs)
     fields = list(dict.fromkeys([*VERDICT_FIELDS, *(k for v in verdicts for k in v)]))
-    for f in fields:  # the verdict, its detail and intervals, and the accuracy it rests on (`intervene_run`)
-        df[f] = [v.get(f) for v in verdicts]
-    further = {}  # a further split's readout, as `split.field`
+    # the verdict, its detail and intervals, and the accuracy it rests on (`intervene_run`)
+    columns = {f: [v.get(f) for v in verdicts] for f in fields}
     for split in sorted({p.parent.name for d in dirs for p in (d / SPLITS).glob(f"*/{VERDICT}")}):
-        verdicts = _verdicts([split_dir(d, split) for d in dirs])
-        further |= {f"{split}.{f}": [v.get(f) for v in verdicts] for f in dict.fromkeys(k for v in verdicts for k in v)}
-    return pd.concat([df, pd.DataFrame(further, index=df.index)], axis=1) if further else df
+        verdicts = _verdicts([split_dir(d, split) for d in dirs])  # a further split's readout, as `split.field`
+        columns |= {f"{split}.{f}": [v.get(f) for v in verdicts] for f in dict.fromkeys(k for v in verdicts for k in v)}
+    return pd.concat([df.drop(columns=[c for c in columns if c in df]), pd.DataFrame(columns, index=df.index)],
+                     axis=1)
 
 
 def _verdicts(dirs: list[Path]) -> list[dict]:

@@ -34,7 +34,8 @@ def figure_data(root: Path) -> pd.DataFrame:
     """One row per (run or published value, quantity): task, scale, arch, quantity, source (ours /
     published), value. Ours: the best-learning-rate runs of every study with a study.json, for the
     architectures the study compares, with their default conv or none; `arch` names the width where the
-    study's runs span several, and an ATR grammar other than easy (`based · large_vocab`)."""
+    study's runs span several, an ATR grammar other than easy (`based · large_vocab`) and a held-out share of
+    ATR's pairs (`based · 20% held out`)."""
     from mecheval.report.pages import _meta, _table, studies
 
     rows = []
@@ -50,6 +51,8 @@ def figure_data(root: Path) -> pd.DataFrame:
             grammar = grammar if isinstance(grammar, str) else None
             arch = f"{r['arch']} (d = {int(r['model.d_model'])})" if several else r["arch"]
             arch += f" · {grammar}" if grammar not in (None, "easy") else ""  # ATR's other grammars: rows of their own
+            held_out = r.get("task.params.holdout_frac")
+            arch += f" · {held_out:.0%} held out" if isinstance(held_out, float) and held_out > 0 else ""  # trained on less
             key = {"task": r["task.name"], "scale": study.parent.name, "arch": arch}
             run = f"{study}/{r['name']}"  # relative to the repository, wherever it is checked out
             acc = r.get("acc_outside")
