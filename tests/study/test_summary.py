@@ -95,3 +95,21 @@ def test_intervals_over_seeds_and_for_one_run():
     assert (lo, hi) == pytest.approx((max(0.9 - half, 0), min(0.9 + half, 1)), abs=1e-4)
     one = summarise(rows[rows["seed"] == 0]).set_index("arch")  # one run: its own interval
     assert tuple(one.loc["mamba", ["attrib@value_lo", "attrib@value_hi"]]) == (0.1, 0.2)
+
+
+def test_held_out_readouts_are_averaged_and_compared_with_the_published_by_intervals():
+    """A generalisation study: held-out accuracy (t interval over seeds) against the study's .60 (attention,
+    d = 64) and .47 (Mamba), and held-out @value beside its 1.22 / ≈ 0."""
+    from mecheval.report.build import for_people
+
+    rows = study_rows().assign(acc_heldout=0.5)
+    rows["heldout.acc_all"] = [0.58, 0.60, 0.62, 0.20, 0.22, 0.24]
+    rows["heldout.attrib@value"] = [1.3, 1.4, 1.5, 0.0, 0.01, 0.02]
+    summary = summarise(rows)
+    np.testing.assert_allclose(summary["heldout.acc_all"], [0.60, 0.22])
+    assert summary["published_heldout_acc"].tolist() == [0.60, 0.47]
+    assert summary["heldout_agree"].tolist() == ["agree", "differ"]  # .60 inside ours; .47 far above [0.17, 0.27]
+    np.testing.assert_allclose(summary["heldout.attrib@value"], [1.4, 0.01])
+    people = for_people(summary).set_index("architecture")
+    assert people.at["mamba", "held-out accuracy (published, compared)"] == "0.22 [0.17, 0.27] (0.47, differ)"
+    assert people.at["attention", "held-out @value [95% CI] (published)"] == "1.40 [1.15, 1.65] (1.22)"

@@ -23,13 +23,14 @@ from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
 from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
-from mecheval.report.compare import published_accuracy, published_attribution, published_heldout, published_verdict
+from mecheval.report.compare import (compare_accuracy, published_accuracy, published_attribution, published_heldout,
+                                     published_verdict)
 from mecheval.report.html import render_html
 from mecheval.report.fit import FIT_NOTE, fit_table
 from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
 from mecheval.report.overview import GRAMMAR, by_grammar, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
-from mecheval.report.results import HELDOUT_VALUE, study_table
+from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
 from mecheval.report.widths import RULE, readable_widths, spans_widths, width_figure, width_table
@@ -135,9 +136,10 @@ def _mode(values: pd.Series):
     return None if counts.empty else sorted(counts[counts == counts.max()].index)[0]
 
 
-MEANS = ("acc", "acc_heldout", "acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", HELDOUT_VALUE,
-         "effect")
-INTERVALS = ("acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", HELDOUT_VALUE)  # with a 95% interval
+MEANS = ("acc", "acc_heldout", "acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", HELDOUT_READ_ACC,
+         HELDOUT_VALUE, "effect")
+INTERVALS = ("acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@query", HELDOUT_READ_ACC,
+             HELDOUT_VALUE)  # shown with a 95% interval
 
 
 def _interval(group: pd.DataFrame, col: str) -> tuple[float, float]:
@@ -185,10 +187,15 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         pub = [published_heldout(a, int(w)) for a, w in zip(out["arch"], out["model.d_model"])]
         out["published_heldout_acc"] = [a for a, _ in pub]
         out["published_heldout_value"] = [v for _, v in pub]
+        read = f"{HELDOUT_READ_ACC}_lo" in out  # the held-out readout's accuracy against the study's, by intervals
+        out["heldout_agree"] = [compare_accuracy(lo, hi, p) for lo, hi, p in zip(
+            out[f"{HELDOUT_READ_ACC}_lo"] if read else [float("nan")] * len(out),
+            out[f"{HELDOUT_READ_ACC}_hi"] if read else [float("nan")] * len(out), out["published_heldout_acc"])]
     shown_grammar = [GRAMMAR] if GRAMMAR in out and out[GRAMMAR].nunique() > 1 else []
     with_ci = [x for c in shown for x in (c, f"{c}_lo", f"{c}_hi")]
     cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
-            *(["acc_heldout", "published_heldout_acc"] if heldout else []), *[c for c in with_ci if c.startswith("acc")],
+            *(["acc_heldout", *[c for c in with_ci if c.startswith(HELDOUT_READ_ACC)], "published_heldout_acc",
+               "heldout_agree"] if heldout else []), *[c for c in with_ci if c.startswith("acc")],
             "published_acc", "verdict", "verdicts", *(["detail"] if "detail" in out else []), "published_verdict",
             "agree", *[c for c in with_ci if "attrib@" in c], *(["published_heldout_value"] if heldout else []),
             "effect", "seed_list", *([c for c in ("n_min", "n_max") if c in out])]
@@ -237,10 +244,14 @@ def for_people(summary: pd.DataFrame) -> pd.DataFrame:
     for c in ("acc", "acc_heldout", "published_acc", "published_heldout_acc", "published_heldout_value"):
         if c in out:
             out[c] = ["–" if v != v else f"{v:.2f}" for v in out[c].astype(float)]
-    for ours, theirs in (("acc_heldout", "published_heldout_acc"), (HELDOUT_VALUE, "published_heldout_value")):
-        if theirs in out:  # the held-out figures with the study's beside, in one cell
-            out[ours] = [f"{a} ({p})" for a, p in zip(out[ours], out.pop(theirs))]
-    return out.rename(columns=HUMAN | {"acc_heldout": "held-out accuracy (published)",
+    if "published_heldout_acc" in out:  # the held-out figures with the study's beside, each in one cell
+        ours = out.pop(HELDOUT_READ_ACC) if HELDOUT_READ_ACC in out else out["acc_heldout"]  # with its interval
+        out["acc_heldout"] = [f"{a} ({p}{', ' + agree if agree else ''})" for a, p, agree in
+                              zip(ours, out.pop("published_heldout_acc"), out.pop("heldout_agree"))]
+        published_value = out.pop("published_heldout_value")
+        if HELDOUT_VALUE in out:
+            out[HELDOUT_VALUE] = [f"{a} ({p})" for a, p in zip(out[HELDOUT_VALUE], published_value)]
+    return out.rename(columns=HUMAN | {"acc_heldout": "held-out accuracy (published, compared)",
                                        HELDOUT_VALUE: "held-out @value [95% CI] (published)"})
 
 

@@ -18,6 +18,7 @@ from mecheval.training.run_dir import RunDir
 ACC = "summary.final.test.acc"
 HELDOUT_ACC = "summary.final.heldout.acc"  # ATR's generalisation split, where the study evaluates it
 HELDOUT_VALUE = "heldout.attrib@value"  # attrib@value read on that split (`study.presets.Study.splits`)
+HELDOUT_READ_ACC = "heldout.acc_all"  # accuracy on that readout's examples, with its Wilson interval
 VERDICT_FIELDS = ("verdict", "detail", "effect", "attrib@key", "attrib@value", "attrib@query")  # always present
 
 
