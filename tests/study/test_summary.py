@@ -113,3 +113,15 @@ def test_held_out_readouts_are_averaged_and_compared_with_the_published_by_inter
     people = for_people(summary).set_index("architecture")
     assert people.at["mamba", "held-out accuracy (published, compared)"] == "0.22 [0.17, 0.27] (0.47, differ)"
     assert people.at["attention", "held-out @value [95% CI] (published)"] == "1.40 [1.15, 1.65] (1.22)"
+
+
+def test_a_pool_of_generalisation_runs_shows_the_held_out_readouts_beside_the_published():
+    from mecheval.report.pooled import pooled_summary
+
+    rows = study_rows().assign(acc_heldout=0.5)
+    rows["heldout.acc_all"] = [0.58, 0.60, 0.62, 0.20, 0.22, 0.24]
+    rows["heldout.attrib@value"] = [1.3, 1.4, 1.5, 0.0, 0.01, 0.02]
+    table = pooled_summary(rows).set_index("architecture")
+    assert table.at["mamba", "held-out acc (published, compared)"] == "0.22 [0.17, 0.27] (0.47 [0.41, 0.52], differ)"
+    assert table.at["attention", "held-out @value (published)"] == "1.40 [1.15, 1.65] (1.22)"
+    assert "held-out acc (published, compared)" not in pooled_summary(study_rows())  # not a generalisation pool

@@ -17,7 +17,7 @@ from mecheval.report.build import summarise
 from mecheval.report.compare import compare_accuracy, published_attribution, published_words
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, by_grammar, shown_accuracy, with_interval
-from mecheval.report.results import study_table
+from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.sweeps.table import SEED, as_text, best_lr, collect, config_columns
 
 STUDY = "study"  # the column naming the study a pooled run was read from
@@ -63,7 +63,8 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
     for people: seeds, accuracy outside the conv reach with its 95% interval (over seeds where several:
     `build.summarise`), the published accuracy with its 320-example interval and the two compared
     (`compare.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
-    seeds, interval; `–` where most seeds did not learn) beside the study's published median (ATR only)."""
+    seeds, interval; `–` where most seeds did not learn) beside the study's published median (ATR only); for a
+    generalisation study, accuracy and @value on the held-out pairs beside the study's."""
     summary = summarise(df)
     grammars = summary[GRAMMAR] if GRAMMAR in summary else pd.Series(None, index=summary.index)
     tasks = df.drop_duplicates("arch").set_index("arch")["task.name"]
@@ -84,6 +85,13 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
             median = published_attribution(tasks[r["arch"]], grammar if grammar == grammar else None, r["arch"], pos)
             ours = with_interval(r[f"attrib@{pos}"], r[f"attrib@{pos}_lo"], r[f"attrib@{pos}_hi"]) if learned else "–"
             row[f"@{pos} (published median)"] = ours + ("" if median is None else f" ({median:.2f})")
+        if HELDOUT_READ_ACC in summary:  # a generalisation study's readout on the held-out pairs
+            held = with_interval(r[HELDOUT_READ_ACC], r[f"{HELDOUT_READ_ACC}_lo"], r[f"{HELDOUT_READ_ACC}_hi"])
+            row["held-out acc (published, compared)"] = (f"{held} ({published_words(r['published_heldout_acc'])}, "
+                                                         f"{r['heldout_agree'] or '–'})")
+            value = with_interval(r[HELDOUT_VALUE], r[f"{HELDOUT_VALUE}_lo"], r[f"{HELDOUT_VALUE}_hi"]) if learned else "–"
+            pub = r["published_heldout_value"]
+            row["held-out @value (published)"] = value + ("" if pub != pub else f" ({pub:.2f})")
         rows.append(row)
     return pd.DataFrame(rows)
 
