@@ -91,11 +91,6 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
 VERDICT_RULES = 3
 VERDICT = "verdict.json"
 SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
-
-
-def split_dir(run_dir: Path, split: str) -> Path:
-    """Where `intervene_run(..., split=split, out=...)` writes a run's readouts on a split other than test."""
-    return Path(run_dir) / SPLITS / split
 NUMBER = (int, float)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
                   "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on
@@ -114,6 +109,11 @@ def read_verdict_file(run_dir: Path) -> dict:
     if row["verdict"] not in LABELS:
         raise ConfigError(f"{path}: verdict {row['verdict']!r} is not one of {list(LABELS)}")
     return row
+
+
+def split_dir(run_dir: Path, split: str) -> Path:
+    """Where `intervene_run(..., split=split, out=...)` writes a run's readouts on a split other than test."""
+    return Path(run_dir) / SPLITS / split
 
 
 def has_valid_verdict(run_dir: Path) -> bool:

@@ -187,10 +187,9 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         pub = [published_heldout(a, int(w)) for a, w in zip(out["arch"], out["model.d_model"])]
         out["published_heldout_acc"] = [a for a, _ in pub]
         out["published_heldout_value"] = [v for _, v in pub]
-        read = f"{HELDOUT_READ_ACC}_lo" in out  # the held-out readout's accuracy against the study's, by intervals
+        none = pd.Series(float("nan"), index=out.index)  # the held-out readout's accuracy against the study's
         out["heldout_agree"] = [compare_accuracy(lo, hi, p) for lo, hi, p in zip(
-            out[f"{HELDOUT_READ_ACC}_lo"] if read else [float("nan")] * len(out),
-            out[f"{HELDOUT_READ_ACC}_hi"] if read else [float("nan")] * len(out), out["published_heldout_acc"])]
+            out.get(f"{HELDOUT_READ_ACC}_lo", none), out.get(f"{HELDOUT_READ_ACC}_hi", none), out["published_heldout_acc"])]
     shown_grammar = [GRAMMAR] if GRAMMAR in out and out[GRAMMAR].nunique() > 1 else []
     with_ci = [x for c in shown for x in (c, f"{c}_lo", f"{c}_hi")]
     cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
