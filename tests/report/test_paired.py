@@ -9,6 +9,7 @@ from mecheval.interventions.accuracy import EXAMPLES, accuracy_table, correct_an
 from mecheval.interventions.artefact import subsets
 from mecheval.models import build_model
 from mecheval.report.findings import FINDINGS
+from mecheval.report.overview import GRAMMAR
 from mecheval.report.paired import at_least_as_accurate, paired_accuracy
 from mecheval.tasks import make_task
 
@@ -65,6 +66,23 @@ def test_mamba_vs_attention_finding_compares_on_the_same_examples(tmp_path):
     assert check(better).status == "reproduced"
     outcome = check(worse)
     assert outcome.status == "not reproduced" and "outside both" in outcome.evidence
+
+
+def test_mamba_vs_attention_finding_pairs_runs_within_each_grammar(tmp_path):
+    rng = np.random.default_rng(1)
+    n = 1000
+    outside = list(rng.random(n) < 0.8)
+    easy = _rows(tmp_path / "easy", examples(list(rng.random(n) < 0.95), outside), examples(list(rng.random(n) < 0.7), outside))
+    medium = _rows(tmp_path / "medium", examples(list(rng.random(n) < 0.6), outside), examples(list(rng.random(n) < 0.9), outside))
+    alone = _rows(tmp_path / "lv", examples(list(rng.random(n) < 0.1), outside), examples([True] * n, outside)).iloc[:1]
+    rows = pd.concat([easy.assign(**{GRAMMAR: None}), medium.assign(**{GRAMMAR: "medium"}),
+                      alone.assign(**{GRAMMAR: "large_vocab"})], ignore_index=True)
+    outcome = FINDINGS["atr_mamba_vs_attention"].check(rows)
+    # easy (no grammar: the default) passes, medium fails; large_vocab has no attention run, so no pair
+    assert outcome.status == "not reproduced"
+    assert outcome.evidence.startswith("1 of 2 runs pass") and "easy seed 0/0" in outcome.evidence
+    assert "medium seed 0/0" in outcome.evidence and "large_vocab" not in outcome.evidence
+    assert FINDINGS["atr_mamba_vs_attention"].check(rows.iloc[[0, 3]]).status == "not run"
 
 
 def test_mamba_vs_attention_finding_needs_per_example_readouts(tmp_path):
