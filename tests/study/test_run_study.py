@@ -108,7 +108,7 @@ def test_held_out_accuracy_is_reported_where_the_study_evaluates_it(tiny_heldout
     console = Console(record=True, width=200)
     print_summary(report, console)
     assert "heldout" in console.export_text()
-    assert "held-out accuracy" in report.markdown.read_text()
+    assert "held-out acc (published, compared)" in report.markdown.read_text()
     # a study without the split has no such column
     assert "acc_heldout" not in tiny_study[1].summary
 

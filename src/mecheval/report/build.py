@@ -23,8 +23,8 @@ from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
 from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
-from mecheval.report.compare import (compare_accuracy, published_accuracy, published_attribution, published_heldout,
-                                     published_verdict)
+from mecheval.report.compare import (HELDOUT_ACC_CELL, HELDOUT_VALUE_CELL, compare_accuracy, heldout_cells,
+                                     published_accuracy, published_attribution, published_heldout, published_verdict)
 from mecheval.report.html import render_html
 from mecheval.report.fit import FIT_NOTE, fit_table
 from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
@@ -240,18 +240,19 @@ def for_people(summary: pd.DataFrame) -> pd.DataFrame:
     drop = ["detail", "effect", "acc_all", "seed_list", "n_min", "n_max"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
     out = out.drop(columns=[c for c in drop if c in out])
     out["optim.lr"] = [f"{v:g}" for v in out["optim.lr"]]
-    for c in ("acc", "acc_heldout", "published_acc", "published_heldout_acc", "published_heldout_value"):
+    two = lambda v: "–" if v != v else f"{v:.2f}"  # noqa: E731
+    for c in ("acc", "acc_heldout", "published_acc"):
         if c in out:
-            out[c] = ["–" if v != v else f"{v:.2f}" for v in out[c].astype(float)]
+            out[c] = [two(v) for v in out[c].astype(float)]
     if "published_heldout_acc" in out:  # the held-out figures with the study's beside, each in one cell
         ours = out.pop(HELDOUT_READ_ACC) if HELDOUT_READ_ACC in out else out["acc_heldout"]  # with its interval
-        out["acc_heldout"] = [f"{a} ({p}{', ' + agree if agree else ''})" for a, p, agree in
-                              zip(ours, out.pop("published_heldout_acc"), out.pop("heldout_agree"))]
-        published_value = out.pop("published_heldout_value")
+        values = out[HELDOUT_VALUE] if HELDOUT_VALUE in out else ["–"] * len(out)
+        cells = [heldout_cells(*c) for c in zip(ours, out.pop("published_heldout_acc"), out.pop("heldout_agree"),
+                                                values, out.pop("published_heldout_value"))]
+        out["acc_heldout"] = [c[HELDOUT_ACC_CELL] for c in cells]
         if HELDOUT_VALUE in out:
-            out[HELDOUT_VALUE] = [f"{a} ({p})" for a, p in zip(out[HELDOUT_VALUE], published_value)]
-    return out.rename(columns=HUMAN | {"acc_heldout": "held-out accuracy (published, compared)",
-                                       HELDOUT_VALUE: "held-out @value [95% CI] (published)"})
+            out[HELDOUT_VALUE] = [c[HELDOUT_VALUE_CELL] for c in cells]
+    return out.rename(columns=HUMAN | {"acc_heldout": HELDOUT_ACC_CELL, HELDOUT_VALUE: HELDOUT_VALUE_CELL})
 
 
 def accuracy_bars(summary: pd.DataFrame) -> pd.DataFrame:

@@ -63,9 +63,22 @@ def published_interval(value: float, n: int = PUBLISHED_N) -> tuple[float, float
     return accuracy_interval(round(value * n), n)
 
 
-def published_words(value: float) -> str:
-    """A published accuracy with its `published_interval`, e.g. `0.96 [0.93, 0.98]`; `–` where none (NaN)."""
-    return with_interval(value, *published_interval(value)) if value == value else "–"
+def published_words(value: float | None) -> str:
+    """A published accuracy with its `published_interval`, e.g. `0.96 [0.93, 0.98]`; `–` where none (None, NaN)."""
+    return "–" if value is None or value != value else with_interval(value, *published_interval(value))
+
+
+HELDOUT_ACC_CELL, HELDOUT_VALUE_CELL = "held-out acc (published, compared)", "held-out @value (published)"
+
+
+def heldout_cells(acc: str, published_acc: float | None, compared: str, value: str,
+                  published_value: float | None) -> dict[str, str]:
+    """A generalisation run's two held-out cells for people: our accuracy on the held-out pairs (`acc`, text,
+    with its interval where read) beside the published one and `compared` (`compare_accuracy`), and our
+    held-out @value (text) beside the study's figure (`published_heldout`)."""
+    pub_value = "" if published_value is None or published_value != published_value else f" ({published_value:.2f})"
+    return {HELDOUT_ACC_CELL: f"{acc} ({published_words(published_acc)}, {compared or '–'})",
+            HELDOUT_VALUE_CELL: value + pub_value}
 
 
 def compare_accuracy(lo: float, hi: float, theirs: float | None) -> str:

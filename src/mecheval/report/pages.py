@@ -43,7 +43,8 @@ import pandas as pd
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import best_runs, state_table, study_findings, summarise
-from mecheval.report.compare import compare_accuracy, published_accuracy, published_heldout, published_verdict
+from mecheval.report.compare import (compare_accuracy, heldout_cells, published_accuracy, published_heldout,
+                                     published_verdict)
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
 from mecheval.report.pooled import attribution_runs, pooled_summary, pooled_table, published_medians
@@ -249,15 +250,11 @@ def run_rows(study: Path) -> list[dict]:
                "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
         if heldout:  # the generalisation split: accuracy and @value on the held-out pairs, the study's beside
             pub_acc_heldout, pub_value = published_heldout(r["arch"], int(r["model.d_model"]))
-            acc, pub = _num(r.get("acc_heldout"), 3), _num(pub_acc_heldout)
-            lo = r.get(f"{HELDOUT_READ_ACC}_lo")
+            acc, lo, compared = _num(r.get("acc_heldout"), 3), r.get(f"{HELDOUT_READ_ACC}_lo"), ""
             if lo is not None and lo == lo:  # read on held-out examples too: that accuracy's interval, compared
                 acc += f"; {_interval(r, HELDOUT_READ_ACC)} on {int(r['heldout.n_all'])}"
                 compared = compare_accuracy(lo, r[f"{HELDOUT_READ_ACC}_hi"], pub_acc_heldout)
-                pub += f", {compared}" if compared else ""
-            row["held-out acc (published)"] = f"{acc} ({pub})"
-            row["held-out @value (published)"] = (f"{_interval(r, HELDOUT_VALUE) if learned else '–'} "
-                                                  f"({_num(pub_value)})")
+            row |= heldout_cells(acc, pub_acc_heldout, compared, _interval(r, HELDOUT_VALUE) if learned else "–", pub_value)
         verdict = r["verdict"] if isinstance(r.get("verdict"), str) else "not read"
         if verdict != "not read" and not verdict_is_current(Path(r["run_dir"])):
             verdict += " " + EARLIER_RULES

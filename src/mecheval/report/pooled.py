@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.report.build import summarise
-from mecheval.report.compare import compare_accuracy, published_attribution, published_words
+from mecheval.report.compare import compare_accuracy, heldout_cells, published_attribution, published_words
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, by_grammar, shown_accuracy, with_interval
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
@@ -87,11 +87,8 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
             row[f"@{pos} (published median)"] = ours + ("" if median is None else f" ({median:.2f})")
         if HELDOUT_READ_ACC in summary:  # a generalisation study's readout on the held-out pairs
             held = with_interval(r[HELDOUT_READ_ACC], r[f"{HELDOUT_READ_ACC}_lo"], r[f"{HELDOUT_READ_ACC}_hi"])
-            row["held-out acc (published, compared)"] = (f"{held} ({published_words(r['published_heldout_acc'])}, "
-                                                         f"{r['heldout_agree'] or '–'})")
             value = with_interval(r[HELDOUT_VALUE], r[f"{HELDOUT_VALUE}_lo"], r[f"{HELDOUT_VALUE}_hi"]) if learned else "–"
-            pub = r["published_heldout_value"]
-            row["held-out @value (published)"] = value + ("" if pub != pub else f" ({pub:.2f})")
+            row |= heldout_cells(held, r["published_heldout_acc"], r["heldout_agree"], value, r["published_heldout_value"])
         rows.append(row)
     return pd.DataFrame(rows)
 
