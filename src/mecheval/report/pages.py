@@ -51,6 +51,7 @@ from mecheval.report.pooled import attribution_runs, pooled_summary, pooled_tabl
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.report.timelines import formation_steps, timeline_table
 from mecheval.report.widths import RULE, readable_widths, spans_widths, width_table
+from mecheval.study.command import rebuilds_spec, study_command
 from mecheval.sweeps.runner import RUNS, SPEC
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -418,6 +419,11 @@ def study_section(root: Path, study: Path, page: Path) -> str:
            f"`{study}`.{preset} " + _task_line(path)
            + (f" {meta['description']}" if meta.get("description") else "")
            + (" Report: `report.md` / `report.html` in the directory." if (path / "report.md").exists() else ""), ""]
+    command = study_command(path, out=str(study))
+    if command:  # what made it, and resumes it
+        out += [f"Made by `{command}`" + ("." if rebuilds_spec(path) is not False else
+                " (the preset has changed since: this makes today's version; the directory's `sweep.yaml` is what "
+                "ran)."), ""]
     rows = findings_checked(meta.get("findings", []), _table(str(path), False))
     if rows:
         out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]

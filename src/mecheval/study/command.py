@@ -1,0 +1,76 @@
+"""The `mecheval study` command that makes (and resumes) a study directory, read back from its files.
+
+A study directory holds its spec (`sweep.yaml`, what `Study.sweep` wrote) and `study.json` (preset and
+scale, the architectures as given); the command line follows from them: the grid's widths, rates, seeds and
+grammars, the base's early stop and training order, the architectures (where not the preset's whole list).
+Running it again resumes the study. `study_axes` parses it back into `Study.sweep`'s keyword arguments;
+`rebuilds_spec` says whether those rebuild the committed spec (not where the preset has changed since).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from mecheval.plugins import is_import_path
+from mecheval.report.build import STUDY_JSON
+from mecheval.study.presets import PAPER_TRAIN_ORDER, STUDIES, point_label
+from mecheval.sweeps.runner import SPEC
+from mecheval.sweeps.spec import load_sweep
+from mecheval.training.config import ADDED_LATER
+
+GRID_FLAGS = {"model.d_model": "--widths", "optim.lr": "--lrs", "seed": "--seeds", "task.params.grammar": "--grammars"}
+
+
+def study_command(study_dir: Path, out: str | None = None) -> str | None:
+    """The command line that makes `study_dir` (`--out out`, default the directory as given); None where
+    it has no spec or no study.json (hand-made runs)."""
+    spec_path, meta_path = study_dir / SPEC, study_dir / STUDY_JSON
+    if not spec_path.exists() or not meta_path.exists():
+        return None
+    spec, meta = load_sweep(spec_path), json.loads(meta_path.read_text())
+    words = ["mecheval", "study", meta["preset"], "--scale", meta["scale"]]
+    for key, flag in GRID_FLAGS.items():
+        if key in spec.grid:
+            words += [flag, ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in spec.grid[key])]
+    archs = meta.get("archs") or [point_label(p) for p in spec.points]  # as given (a plug-in by import path)
+    if archs != [point_label(p) for p in STUDIES[meta["preset"]].sweep(meta["scale"])["list"]]:
+        words += ["--archs", ",".join(archs)]
+    base = spec.base
+    if "early_stop" in base:
+        words.append("--early-stop")
+    order = base.get("train_order", ADDED_LATER["train_order"])  # a spec older than the field: its default then
+    if meta["scale"] == "paper" and order != PAPER_TRAIN_ORDER:
+        words += ["--train-order", order]
+    return shlex.join([*words, "--out", out or str(study_dir)])
+
+
+def study_axes(command: str) -> tuple[str, str, dict]:
+    """(preset, scale, `Study.sweep` keyword arguments) of a `study_command` line."""
+    words = shlex.split(command)
+    preset, flags = words[2], dict(zip(words[3::2], words[4::2]))
+    early_stop = "--early-stop" in words
+    if early_stop:  # a flag without a value: pair the rest again without it
+        rest = [w for w in words[3:] if w != "--early-stop"]
+        flags = dict(zip(rest[::2], rest[1::2]))
+    number = {"--widths": int, "--lrs": float, "--seeds": int, "--grammars": str}
+    axes = {flag[2:]: [number[flag](v) for v in flags[flag].split(",")] for flag in number if flag in flags}
+    axes |= {"archs": flags["--archs"].split(",")} if "--archs" in flags else {}
+    axes |= {"early_stop": early_stop, "train_order": flags.get("--train-order")}
+    return preset, flags["--scale"], axes
+
+
+def rebuilds_spec(study_dir: Path) -> bool | None:
+    """Does `study_command(study_dir)` rebuild the committed spec (grid, points and base alike)? None where
+    its architectures name a plug-in: the check would import that code, and a study directory may come from
+    anyone."""
+    preset, scale, axes = study_axes(study_command(study_dir))
+    if any(is_import_path(a) for a in axes.get("archs") or []):
+        return None
+    try:
+        built = STUDIES[preset].sweep(scale, **axes)
+    except ValueError:  # an architecture the preset no longer has
+        return False
+    spec = load_sweep(study_dir / SPEC)
+    return (built["grid"], built["list"], built["base"]) == (spec.grid, spec.points, spec.base)
