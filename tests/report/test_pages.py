@@ -79,3 +79,24 @@ def test_rounding_and_cost_blocks_read_the_study_and_name_a_missing_one(tmp_path
     (root / "docs" / "page.md").write_text("<!-- generated: costs by=arch -->\n<!-- end generated -->\n")
     costs = generate(root)[Path("docs/page.md")]
     assert "| cpu/quick | attention | 3 | 3,000 |" in costs  # three seeds of 3,000 steps
+
+
+def test_a_study_names_the_command_that_made_it_and_the_runs_it_did_not(tmp_path):
+    import json
+
+    import yaml
+
+    from mecheval.report.pages import _made_by
+    from mecheval.study import STUDIES
+    from mecheval.study.command import study_command
+    from mecheval.sweeps.spec import SweepConfig, run_overrides
+
+    spec = STUDIES["quick"].sweep("cpu", archs=["attention"])
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "study.json").write_text(json.dumps({"preset": "quick", "scale": "cpu", "archs": ["attention"]}))
+    (name, _), = run_overrides(SweepConfig.model_validate(spec))
+    (tmp_path / "runs" / name).mkdir(parents=True)
+    command = study_command(tmp_path, out="results/x")
+    assert _made_by(tmp_path, command) == f"Made by `{command}`."
+    (tmp_path / "runs" / "by-hand").mkdir()  # a run an earlier call made
+    assert _made_by(tmp_path, command).startswith(f"`{command}` makes 1 of its 2 runs; earlier calls made the others")

@@ -53,6 +53,7 @@ from mecheval.report.timelines import formation_steps, timeline_table
 from mecheval.report.widths import RULE, readable_widths, spans_widths, width_table
 from mecheval.study.command import rebuilds_spec, study_command
 from mecheval.sweeps.runner import RUNS, SPEC
+from mecheval.sweeps.spec import load_sweep, run_overrides
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 RESULTS = "results"
@@ -409,6 +410,18 @@ def findings_checked(fids: list[str], table: pd.DataFrame) -> list[dict]:
             for claim, o in outcomes if o.status != NOT_RUN]
 
 
+def _made_by(path: Path, command: str) -> str:
+    """`Made by COMMAND.`, saying where the preset has changed since (`rebuilds_spec`) and where earlier calls
+    made some of the runs (run directories the spec does not name)."""
+    named = {name for name, _ in run_overrides(load_sweep(path / SPEC))}
+    runs = {d.name for d in (path / RUNS).iterdir() if d.is_dir()} if (path / RUNS).is_dir() else set()
+    text = f"Made by `{command}`" if runs <= named else (
+        f"`{command}` makes {len(runs & named)} of its {len(runs)} runs; earlier calls made the others (each run's "
+        "`config.yaml` says how)")
+    return text + ("." if rebuilds_spec(path) is not False else " (the preset has changed since: the command makes "
+                   "today's version, and the directory's `sweep.yaml` is what ran).")
+
+
 def study_section(root: Path, study: Path, page: Path) -> str:
     """A study's heading, what it ran, its findings, its runs and, where computed, the readouts beyond
     the verdict."""
@@ -421,9 +434,7 @@ def study_section(root: Path, study: Path, page: Path) -> str:
            + (" Report: `report.md` / `report.html` in the directory." if (path / "report.md").exists() else ""), ""]
     command = study_command(path, out=str(study))
     if command:  # what made it, and resumes it
-        out += [f"Made by `{command}`" + ("." if rebuilds_spec(path) is not False else
-                " (the preset has changed since: this makes today's version; the directory's `sweep.yaml` is what "
-                "ran)."), ""]
+        out += [_made_by(path, command), ""]
     rows = findings_checked(meta.get("findings", []), _table(str(path), False))
     if rows:
         out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
