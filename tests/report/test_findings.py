@@ -173,3 +173,17 @@ def test_depth_and_position_variants_are_compared_with_their_own_published_accur
     assert published_accuracy("ar", None, "based", None, 64, "based (positions)") == 0.91
     assert published_accuracy("ar", None, "deltanet", None, 64, "deltanet (3 layers)") is None  # not stated
     assert published_accuracy("atr", "easy", "baseconv", None, 64, "baseconv (1 layer)") == 0.51
+
+
+def test_a_claim_of_high_accuracy_reads_the_widths_where_the_published_accuracy_is_high():
+    """Attention fails AR at d = 16 in the study too (.07): "attention reaches high AR accuracy by induction"
+    is not about that width, so a failed d = 16 run leaves it reproduced at d = 64, and says it was left out."""
+    rows = runs(("attention", 1.0, IND, 1.0, 0.0, 0.0, 0.25), ("attention", 0.05, NL, 0, 0, 0, 0.25)).assign(
+        **{"model.d_model": [64, 16], "task.name": "ar", "arch_name": "attention", "arch_conv": None})
+    outcome = FINDINGS["attention_induction"].check(rows)
+    assert outcome.status == "reproduced" and "left out" in outcome.evidence and "attention at d = 16" in outcome.evidence
+    assert FINDINGS["attention_induction"].check(rows.iloc[[1]]).status == "not run"
+    at_32 = rows.iloc[[1]].assign(**{"model.d_model": 32})  # published 1.0 there: the failure counts
+    assert FINDINGS["attention_induction"].check(at_32).status == "not reproduced"
+    # a claim of failure reads every width
+    assert FINDINGS["h3_hyena_poor"].where_learned is False
