@@ -49,16 +49,14 @@ def study_command(study_dir: Path, out: str | None = None) -> str | None:
 def study_axes(command: str) -> tuple[str, str, dict]:
     """(preset, scale, `Study.sweep` keyword arguments) of a `study_command` line."""
     words = shlex.split(command)
-    preset, flags = words[2], dict(zip(words[3::2], words[4::2]))
-    early_stop = "--early-stop" in words
-    if early_stop:  # a flag without a value: pair the rest again without it
-        rest = [w for w in words[3:] if w != "--early-stop"]
-        flags = dict(zip(rest[::2], rest[1::2]))
+    flags, rest = {}, iter(words[3:])
+    for word in rest:  # --early-stop alone; every other flag with its value
+        flags[word] = True if word == "--early-stop" else next(rest)
     number = {"--widths": int, "--lrs": float, "--seeds": int, "--grammars": str}
     axes = {flag[2:]: [number[flag](v) for v in flags[flag].split(",")] for flag in number if flag in flags}
     axes |= {"archs": flags["--archs"].split(",")} if "--archs" in flags else {}
-    axes |= {"early_stop": early_stop, "train_order": flags.get("--train-order")}
-    return preset, flags["--scale"], axes
+    axes |= {"early_stop": "--early-stop" in flags, "train_order": flags.get("--train-order")}
+    return words[2], flags["--scale"], axes
 
 
 def rebuilds_spec(study_dir: Path) -> bool | None:
