@@ -65,7 +65,7 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
     (`compare.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
     seeds, interval; `–` where most seeds did not learn) beside the study's published median (ATR only); for a
     generalisation study, accuracy and @value on the held-out pairs beside the study's."""
-    summary = summarise(df)
+    summary = summarise(df).sort_values("model.d_model", kind="stable")  # widths in order, whichever study came first
     grammars = summary[GRAMMAR] if GRAMMAR in summary else pd.Series(None, index=summary.index)
     tasks = df.drop_duplicates("arch").set_index("arch")["task.name"]
     rows = []
