@@ -111,3 +111,23 @@ def test_the_findings_table_reads_each_pool_beside_its_studies(tmp_path):
     assert row.split("|")[-2].count("<br>") == len(NOCONV)  # the link column: one line per study, one for the pool
     assert "paper-d64 (pooled)" in row and "[twist](docs/page.md#pooled-twist)" in row and "3 (0, 1, 2)" in row
     assert '<a id="pooled-twist"></a>' in generate(root)[Path("docs/page.md")]
+
+
+def test_the_pooled_block_shows_where_key_and_value_meet_at_each_width(tmp_path):
+    """Across widths the layer whose conv binds key and value may move: the pool lists each run's binding cell
+    with its width (Mamba d_conv 2 and 3 at d = 16 and 32, committed)."""
+    for width in (16, 32):
+        (tmp_path / "results" / f"paper-d{width}").mkdir(parents=True)
+        (tmp_path / "results" / f"paper-d{width}" / "ar-mamba-conv").symlink_to(
+            ROOT / "results" / f"paper-d{width}" / "ar-mamba-conv")
+    (tmp_path / "docs").mkdir()
+    block = "pooled name=conv task=ar scale=paper-d* preset=ar-mamba-conv"
+    (tmp_path / "docs" / "page.md").write_text(f"# A page\n\n<!-- generated: {block} -->\n<!-- end generated -->\n")
+    text = generate(tmp_path)[Path("docs/page.md")]
+    formed = text[text.index("Where the association is formed"):]
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in formed.splitlines() if line.startswith("| mamba")}
+    assert set(rows) == {("mamba (d_conv 2)", "16", "0"), ("mamba (d_conv 3)", "16", "0"),
+                         ("mamba (d_conv 2)", "32", "0"), ("mamba (d_conv 3)", "32", "0")}
+    assert "conv_out L0 key+" in rows[("mamba (d_conv 2)", "16", "0")]  # d = 16: layer 0 binds with d_conv 2 ...
+    assert "conv_out L1 key+" in rows[("mamba (d_conv 3)", "16", "0")]  # ... layer 1 with d_conv 3
+    assert "| not learned | – | – |" in rows[("mamba (d_conv 3)", "32", "0")]  # not learned at d = 32, lr 1e-2: no cell

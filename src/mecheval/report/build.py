@@ -322,16 +322,23 @@ def conv_evidence_by_run(best: pd.DataFrame) -> dict[str, dict]:
     return {d: e for d in runs if (e := conv_evidence(d)) is not None}
 
 
+FORMATION_NOTE = ("Runs with a short conv: the conv output cell (layer, offset from the queried key) whose clean value "
+                  "restores most of the answer (sufficiency, 95% bootstrap interval), and the accuracy with that "
+                  "layer's conv taps of lag >= 1 zeroed (every position then sees only itself).")
+
+
 def formation_table(best: pd.DataFrame, evidence: dict[str, dict]) -> pd.DataFrame:
     """Per best-lr run with a conv-window analysis (`evidence`, from `conv_evidence_by_run`): the cell that
-    restores most and the tap ablation."""
+    restores most and the tap ablation; the width `d` where the runs span several (the binding layer may move)."""
+    widths = "model.d_model" in best and best["model.d_model"].nunique() > 1
     rows = []
     for _, r in best.iterrows():
         e = evidence.get(r.get("run_dir"))
         if e is None:
             continue
         noise = r.get("verdict") == "not learned"  # the best cell of a model that did not learn is noise
-        rows.append({"arch": r["arch"], "seed": r["seed"], "verdict": r.get("verdict"),
+        rows.append({"arch": r["arch"], **({"d": int(r["model.d_model"])} if widths else {}), "seed": r["seed"],
+                     "verdict": r.get("verdict"),
                      "cell": "–" if noise else f"conv_out L{e['layer']} key+{e['offset']}",
                      "restores": "–" if noise else f"{e['attrib']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]",
                      "acc": f"{e['acc']:.2f}", "acc, taps of that layer zeroed": "–" if noise else f"{e['cut_acc']:.2f} (n={e['cut_n']})"})
@@ -549,10 +556,7 @@ def _build(study_dir: Path) -> Report:
                                 "bootstrap interval.", paired))
     formed = formation_table(best, evidence)
     if not formed.empty:
-        sections.append(Section("Where the association is formed", "Runs with a short conv: the conv output cell "
-                                "(layer, offset from the queried key) whose clean value restores most of the answer "
-                                "(sufficiency, 95% bootstrap interval), and the accuracy with that layer's conv taps "
-                                "of lag >= 1 zeroed (every position then sees only itself).", formed))
+        sections.append(Section("Where the association is formed", FORMATION_NOTE, formed))
     over_training = timeline_table(best, timelines)
     if not over_training.empty:
         sections.append(Section("When the mechanism formed", "Runs trained with snapshots: the readouts above at "

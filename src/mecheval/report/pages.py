@@ -42,7 +42,8 @@ import pandas as pd
 
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
-from mecheval.report.build import best_runs, state_table, study_findings, summarise
+from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_run, formation_table, state_table,
+                                   study_findings, summarise)
 from mecheval.report.compare import (compare_accuracy, heldout_cells, published_accuracy, published_heldout,
                                      published_verdict)
 from mecheval.report.findings import FINDINGS, conv_evidence
@@ -381,6 +382,11 @@ def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
     if rows:
         out += ["The findings these studies check, on the pooled best-learning-rate runs (every seed):", "",
                 _markdown(rows), ""]
+    best = df[df["best_lr"] & (df["status"] == "done")].sort_values("model.d_model", kind="stable")
+    formed = formation_table(best, conv_evidence_by_run(best))
+    if not formed.empty:  # across widths: the layer that binds key and value may move
+        out += ["Where the association is formed, per run. " + FORMATION_NOTE, "",
+                _markdown(formed.astype(str).to_dict("records")), ""]
     captions = {"boxes": "@key / @value / @query per architecture, one point per run (a box from 3 runs), the published "
                          "medians as black ticks",
                 "widths": "Accuracy against width, ours solid with 95% intervals, published dashed"}
