@@ -131,3 +131,13 @@ def test_the_pooled_block_shows_where_key_and_value_meet_at_each_width(tmp_path)
     assert "conv_out L0 key+" in rows[("mamba (d_conv 2)", "16", "0")]  # d = 16: layer 0 binds with d_conv 2 ...
     assert "conv_out L1 key+" in rows[("mamba (d_conv 3)", "16", "0")]  # ... layer 1 with d_conv 3
     assert "| not learned | – | – |" in rows[("mamba (d_conv 3)", "32", "0")]  # not learned at d = 32, lr 1e-2: no cell
+
+
+def test_a_pool_keeps_the_architectures_it_names_and_lists_only_the_studies_they_came_from(tmp_path):
+    root = _tree(tmp_path, "pooled name=twist task=atr scale=paper-d64 archs=attention,mamba")
+    text = generate(root)[Path("docs/page.md")]
+    assert "The runs of `results/paper-d64/atr-twist` read as one study: 2 finished runs" in text
+    assert "| attention | 0.001 |" in text and "| mamba | 0.003 |" in text and "d_conv 0" not in text
+    (root / "docs" / "page.md").write_text(text.replace("archs=attention,mamba", "archs=hyena"))
+    with pytest.raises(PageError, match="docs/page.md: .*no run of hyena"):
+        generate(root)

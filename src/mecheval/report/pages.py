@@ -17,7 +17,8 @@ KINDs:
     widths      accuracy against width (`widths.py`: the figure and the table compared with the published
                 values) of every study matching as `studies` does whose best-learning-rate runs span several
                 widths (a `studies` section shows it too)
-    pooled      the studies matching (`name=NAME task=… scale=GLOB preset=…`) read as one (`pooled.py`): per
+    pooled      the studies matching (`name=NAME task=… scale=GLOB preset=…`) read as one (`pooled.py`), keeping
+                the architectures of `archs=a,b` where given (labels without spaces): per
                 architecture, seeds over all of them, accuracy and attributions beside the published values,
                 the box figure of @key / @value / @query with the published medians, and accuracy against
                 width where the pool spans widths (docs/figures/pooled/NAME.csv and .png, NAME-widths.*)
@@ -48,7 +49,7 @@ from mecheval.report.compare import (compare_accuracy, heldout_cells, published_
                                      published_verdict)
 from mecheval.report.findings import FINDINGS, conv_evidence
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
-from mecheval.report.pooled import attribution_runs, pooled_summary, pooled_table, published_medians
+from mecheval.report.pooled import STUDY, attribution_runs, pooled_summary, pooled_table, published_medians
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.report.timelines import formation_steps, timeline_table
 from mecheval.report.widths import RULE, readable_widths, spans_widths, width_table
@@ -337,9 +338,15 @@ def _pooled(root: Path, args: dict[str, str], page: Path) -> tuple[list[Path], p
     """A pooled block's studies and `pooled.pooled_table` of them; a pool of two designs names the page."""
     chosen = _chosen(root, "pooled", args, page)
     try:
-        return chosen, _pool(root, tuple(chosen))
+        df = _pool(root, tuple(chosen))
     except ValueError as e:
         raise PageError(f"{page}: generated block 'pooled {_args(args)}': {e}") from None
+    if "archs" not in args:
+        return chosen, df
+    df = df[df["arch"].isin(args["archs"].split(","))].reset_index(drop=True)
+    if df.empty:
+        raise PageError(f"{page}: generated block 'pooled {_args(args)}': no run of {args['archs']} in the studies matched")
+    return [s for s in chosen if str(root / s) in set(df[STUDY])], df
 
 
 def _pool_findings(root: Path, chosen: list[Path]) -> list[str]:
