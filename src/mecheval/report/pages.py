@@ -389,7 +389,7 @@ def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
     if rows:
         out += ["The findings these studies check, on the pooled best-learning-rate runs (every seed):", "",
                 _markdown(rows), ""]
-    best = df[df["best_lr"] & (df["status"] == "done")].sort_values("model.d_model", kind="stable")
+    best = best_runs(df).sort_values("model.d_model", kind="stable")  # `best_lr` marks finished runs only
     formed = formation_table(best, conv_evidence_by_run(best))
     if not formed.empty:  # across widths: the layer that binds key and value may move
         out += ["Where the association is formed, per run. " + FORMATION_NOTE, "",
