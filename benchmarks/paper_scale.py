@@ -50,21 +50,21 @@ PAPER_STEPS = AR_STEPS[0]  # 50,016
 SETTLE_S = 0.5  # pause before each round (idle threads stop spinning)
 
 
-def paper_config(preset: str) -> dict:
-    """One run of `mecheval study ar-architectures --scale paper --widths 64` (log and eval once)."""
-    return {"task": AR_PAPER, "model": {"preset": preset, "d_model": D_MODEL, "n_layers": N_LAYERS},
-            "steps": PAPER_STEPS, "batch_size": BATCH, "train_size": PAPER_TRAIN_SIZE, "device": "cpu",
+def paper_config(preset: str, d_model: int = D_MODEL, device: str = "cpu") -> dict:
+    """One run of `mecheval study ar-architectures --scale paper --widths D` (log and eval once)."""
+    return {"task": AR_PAPER, "model": {"preset": preset, "d_model": d_model, "n_layers": N_LAYERS},
+            "steps": PAPER_STEPS, "batch_size": BATCH, "train_size": PAPER_TRAIN_SIZE, "device": device,
             "log_every": PAPER_STEPS, "checkpoint_every": PAPER_STEPS, "eval": {"every": PAPER_STEPS, "size": 32}}
 
 
-def trainer_step(preset: str, tmp: Path) -> Callable[[], None]:
+def trainer_step(preset: str, tmp: Path, d_model: int = D_MODEL, device: str = "cpu") -> Callable[[], None]:
     """The body of `Trainer.fit`'s loop without its logging: the stream's batch, then `train_step`."""
-    trainer = Trainer(validate_config(paper_config(preset)), RunDir(tmp / preset), quiet=True)
+    trainer = Trainer(validate_config(paper_config(preset, d_model, device)), RunDir(tmp / f"{preset}-{d_model}"), quiet=True)
 
     def step() -> None:
         batch = trainer.stream.batch(trainer.step)
         trainer.tokens += int(batch.lengths.sum())
-        trainer.train_step(batch.to(trainer.device))
+        trainer.train_step(batch)
 
     return step
 

@@ -55,3 +55,17 @@ def test_list_options_take_commas_or_repeats(monkeypatch):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert seen["seeds"] == [0, 1, 2] and seen["archs"] == ["attention", "mamba"]
+
+
+def test_the_cli_loads_where_typer_lacks_the_help_hook():
+    """The flag-type tweak patches a typer internal that some typer versions (0.27, a GPU image's) lack:
+    the CLI must load and run there, with typer's own help."""
+    import subprocess
+    import sys
+
+    code = ("import typer.core as c\n"
+            "if hasattr(c.TyperOption, 'display_type_rich'): del c.TyperOption.display_type_rich\n"
+            "import sys; from mecheval.cli import main; sys.argv = ['mecheval', 'study', '--list']; main()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ar-architectures" in out.stdout

@@ -11,7 +11,7 @@ from mecheval.commands.errors import DEBUG, guard_all
 from mecheval.commands.options import example
 from mecheval.plugins import TRUST_ENV
 
-_option_type = typer.core.TyperOption.display_type_rich
+_option_type = getattr(typer.core.TyperOption, "display_type_rich", None)  # a typer internal, not in every version
 
 
 def _flag_type(self, ctx):
@@ -19,7 +19,8 @@ def _flag_type(self, ctx):
     return None if self.is_flag else _option_type(self, ctx)
 
 
-typer.core.TyperOption.display_type_rich = _flag_type
+if _option_type is not None:  # elsewhere typer's help stays as it is
+    typer.core.TyperOption.display_type_rich = _flag_type
 
 app = typer.Typer(
     name="mecheval",

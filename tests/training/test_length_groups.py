@@ -121,3 +121,19 @@ def test_grouped_run_resumes_bitwise_and_records_its_groups(tmp_path):
     assert resumed["final"] == whole["final"] and resumed["train_loss"] == whole["train_loss"]
     assert (tmp_path / "whole" / "model.safetensors").read_bytes() == (tmp_path / "split" / "model.safetensors").read_bytes()
     assert "length_groups: 3" in (tmp_path / "split" / "config.yaml").read_text()
+
+
+def test_batch_map_and_to_device_keep_every_field():
+    """`Batch.map` reaches every tensor (tokens, lengths, answers, roles, extras); `to_device` copies to the
+    trainer's device, on a GPU from pinned memory (the CPU keeps queuing steps while it copies)."""
+    _, batch = atr_batch(6)
+    doubled = batch.map(lambda t: t * 2)
+    for name in ("tokens", "lengths", "answer", "answer_pos"):
+        assert torch.equal(getattr(doubled, name), getattr(batch, name) * 2)
+    assert doubled.roles.keys() == batch.roles.keys() and doubled.extra.keys() == batch.extra.keys() and batch.extra
+    assert all(torch.equal(doubled.extra[k], v * 2) for k, v in batch.extra.items())
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    for device in devices:
+        moved = batch.to_device(device)
+        assert moved.tokens.device.type == device.type and moved.extra["parent"].device.type == device.type
+        assert torch.equal(moved.to("cpu").tokens, batch.tokens)

@@ -516,7 +516,8 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     """Per chosen study (`_chosen`), and per architecture with `by=arch`: the finished runs' steps and minutes
     per run. Wall minutes are one thread's per run (the studies' workers train with one thread each, two at
     once on two cores, often beside other work, so they overstate the core-minutes); CPU minutes are the
-    training process's own CPU time (summary.json `cpu_time_s`, recorded since 2026-12-03)."""
+    training process's own CPU time (summary.json `cpu_time_s`, recorded since 2026-12-03); device, where the
+    runs trained (`cpu`, `cuda`: on a GPU the CPU minutes are the process's, not the GPU's)."""
     rows = []
     for study in _chosen(root, "costs", {k: v for k, v in args.items() if k != "by"}, page):
         df = _table(str(root / study), True)
@@ -528,7 +529,8 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
             rows.append({"study": f"{study.parent.name}/{study.name}", **({"architecture": arch} if arch else {}),
                          "runs": len(part), "steps per run": f"{int(steps.median()):,}" if len(steps) else "–",
                          "wall min per run": _minutes(part["summary.wall_time_s"]), "CPU min per run": _minutes(cpu),
-                         "steps/s": _num(part["summary.steps_per_s"].median(), 1)})
+                         "steps/s": _num(part["summary.steps_per_s"].median(), 1),
+                         "device": ", ".join(sorted(part["summary.device"].dropna().unique())) if "summary.device" in part else "–"})
     return rows
 
 

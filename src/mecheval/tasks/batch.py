@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -31,26 +32,30 @@ class Batch:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
+        """The batch with `fn` applied to every tensor (all keep their batch dimension first)."""
         return Batch(
-            tokens=self.tokens.to(device),
-            lengths=self.lengths.to(device),
-            answer=self.answer.to(device),
-            answer_pos=self.answer_pos.to(device),
-            roles={k: v.to(device) for k, v in self.roles.items()},
-            extra={k: v.to(device) for k, v in self.extra.items()},
+            tokens=fn(self.tokens),
+            lengths=fn(self.lengths),
+            answer=fn(self.answer),
+            answer_pos=fn(self.answer_pos),
+            roles={k: fn(v) for k, v in self.roles.items()},
+            extra={k: fn(v) for k, v in self.extra.items()},
         )
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def to_device(self, device: torch.device) -> "Batch":
+        """The batch on `device`. To a GPU it goes from pinned memory without waiting: a copy from pageable
+        memory first waits for the GPU's queued work, so the CPU could not prepare the next step meanwhile."""
+        if device.type != "cuda":
+            return self.to(device)
+        return self.map(torch.Tensor.pin_memory).to(device, non_blocking=True)
 
     def select(self, index: torch.Tensor | slice) -> "Batch":
         """The sub-batch of the examples at `index` (rows), keeping all fields aligned."""
-        return Batch(
-            tokens=self.tokens[index],
-            lengths=self.lengths[index],
-            answer=self.answer[index],
-            answer_pos=self.answer_pos[index],
-            roles={k: v[index] for k, v in self.roles.items()},
-            extra={k: v[index] for k, v in self.extra.items()},
-        )
+        return self.map(lambda t: t[index])
 
     def with_tokens(self, tokens: torch.Tensor) -> "Batch":
         """The same batch (answers, roles) over different tokens of the same shape."""

@@ -34,12 +34,13 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
     return max(1, (cores or available_cores()) // max(1, workers))
 
 
-def bare_step(cfg: TrainConfig) -> Callable[[], None]:
-    """One AdamW step of `cfg`'s model on one fixed batch of its task, no trainer (a throwaway model)."""
+def bare_step(cfg: TrainConfig, device: torch.device = torch.device("cpu")) -> Callable[[], None]:
+    """One AdamW step of `cfg`'s model on one fixed batch of its task, no trainer (a throwaway model on
+    `device`; on CUDA the step returns once its kernels are queued, so a timer synchronises after it)."""
     task = make_task(cfg.task.name, **cfg.task.params)
-    batch = task.sample(cfg.batch_size, seed=0)
-    lm = build_model(cfg.model)
-    opt = adamw(lm.parameters(), cfg.optim, torch.device("cpu"))
+    batch = task.sample(cfg.batch_size, seed=0).to(device)
+    lm = build_model(cfg.model).to(device)
+    opt = adamw(lm.parameters(), cfg.optim, device)
 
     def step() -> None:
         logits = lm(batch.tokens, positions=batch.answer_pos)
