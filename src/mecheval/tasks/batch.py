@@ -49,7 +49,7 @@ class Batch:
     def to_device(self, device: torch.device) -> "Batch":
         """The batch on `device`. To a GPU it goes from pinned memory without waiting: a copy from pageable
         memory first waits for the GPU's queued work, so the CPU could not prepare the next step meanwhile."""
-        if device.type != "cuda":
+        if device.type != "cuda" or self.tokens.is_cuda:
             return self.to(device)
         return self.map(torch.Tensor.pin_memory).to(device, non_blocking=True)
 
