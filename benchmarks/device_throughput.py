@@ -37,15 +37,26 @@ from mecheval.training import validate_config
 from mecheval.training.threads import bare_step
 
 
-def cuda_step(preset: str, d_model: int):
+WARMUP = 3  # untimed steps before a cell is timed (kernels load, caches fill)
+
+
+def paper_step(preset: str, d_model: int, device: str) -> Callable[[], None]:
+    """The cell's bare step on `device`, from the same seed everywhere."""
     torch.manual_seed(0)
-    return bare_step(validate_config(paper_config(preset, d_model)), torch.device("cuda"))
+    return bare_step(validate_config(paper_config(preset, d_model)), torch.device(device))
+
+
+def warmed(step: Callable[[], None]) -> Callable[[], None]:
+    """`step` after WARMUP untimed calls, the GPU idle again."""
+    for _ in range(WARMUP):
+        step()
+    torch.cuda.synchronize()
+    return step
 
 
 def cuda_rate(step: Callable[[], None], rounds: int, steps: int) -> float:
     """One process: wall-clock steps/s of `step` on the GPU, the median over `rounds` blocks of `steps` steps."""
-    for _ in range(3):
-        step()
+    warmed(step)
     times = []
     for _ in range(rounds):
         torch.cuda.synchronize()
@@ -60,10 +71,7 @@ def cuda_rate(step: Callable[[], None], rounds: int, steps: int) -> float:
 def shared_worker(preset: str, d_model: int, seconds: float, barrier, results) -> None:
     """One of k processes: warm up, wait for the others, then count steps for `seconds` of wall time."""
     torch.set_num_threads(1)
-    step = cuda_step(preset, d_model)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
+    step = warmed(paper_step(preset, d_model, "cuda"))
     barrier.wait()
     start, n = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
@@ -100,14 +108,11 @@ def main(
         raise SystemExit("device_throughput: torch sees no CUDA device (it compares one against a CPU core)")
     torch.set_num_threads(1)
     cells = [(m, d) for m in mixers for d in widths]
-    cpu = {}
-    for m, d in cells:
-        torch.manual_seed(0)
-        cpu[m, d] = Cell(bare_step(validate_config(paper_config(m, d))))
+    cpu = {(m, d): Cell(paper_step(m, d, "cpu")) for m, d in cells}
     measure(list(cpu.values()), rounds, max(2, steps // 5))
     rows = []
     for m, d in cells:
-        one = cuda_rate(cuda_step(m, d), rounds, steps)
+        one = cuda_rate(paper_step(m, d, "cuda"), rounds, steps)
         with tempfile.TemporaryDirectory() as tmp:
             trainer = cuda_rate(trainer_step(m, Path(tmp), d, "cuda"), rounds, steps)
         shared = shared_rates(m, d, share, seconds)

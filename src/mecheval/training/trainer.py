@@ -76,7 +76,7 @@ def stop_on_signals():
 @contextlib.contextmanager
 def subnormals_flushed(device: torch.device):
     """On a CPU, subnormal floats (below 1.2e-38: a scan's state decaying towards zero) flushed to zero while the
-    block runs, then the default (kept) again. x86 CPUs compute them on a slow path (a Mamba run at d = 128
+    block runs, then off again (torch's default). x86 CPUs compute them on a slow path (a Mamba run at d = 128
     trained 4.6x slower in them); the setting is the thread's processor state, so it must not outlive training."""
     flushed = device.type == "cpu" and torch.set_flush_denormal(True)
     try:
