@@ -35,7 +35,7 @@ env: $(VENV)/.env
 env-test: $(VENV)/.env-test
 
 run: $(VENV)/.env
-	$(VENV)/bin/mecheval data show ar --n 1 --set n_pairs=4 --set n_keys=64 --set n_values=64
+	$(VENV)/bin/mecheval data show ar --n 1 --set n_pairs=8 --set n_keys=64 --set n_values=64
 	$(VENV)/bin/mecheval study quick --out $(OUT)/quick
 
 test: $(VENV)/.env-test

@@ -143,7 +143,7 @@ def test_a_finished_run_whose_summary_disagrees_is_not_skipped(tmp_path, tiny_ru
 def test_a_changed_study_is_refused(tmp_path):
     from mecheval.study import STUDIES
 
-    (run,) = expand(SweepConfig.model_validate(STUDIES["quick"].sweep("cpu", archs=["attention"])))
+    run = expand(SweepConfig.model_validate(STUDIES["quick"].sweep("cpu", archs=["attention"])))[0]  # its first seed
     stale = validate_config(run.config.model_dump(mode="json"), {"steps": 7})
     (tmp_path / "runs" / run.name).mkdir(parents=True)
     RunDir(tmp_path / "runs" / run.name).write_config(stale)

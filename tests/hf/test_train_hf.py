@@ -81,7 +81,7 @@ def test_mecheval_train_then_intervene_on_a_transformers_mamba(tmp_path):
 
 
 def test_study_archs_take_transformers_models():
-    sweep = STUDIES["quick"].sweep("cpu", archs=["attention", "transformers:MambaForCausalLM", "mecheval.hf.models:GPT2"])
+    sweep = STUDIES["quick"].sweep("cpu", archs=["attention", "transformers:MambaForCausalLM", "mecheval.hf.models:GPT2"], seeds=[0])
     runs = expand(SweepConfig.model_validate(sweep))
     hf = [r.config.model for r in runs if getattr(r.config.model, "hf", None)]
     assert [m.hf for m in hf] == ["transformers:MambaForCausalLM", "GPT2LMHeadModel"]

@@ -14,3 +14,9 @@ def small_ar() -> Task:
 @pytest.fixture(scope="session")
 def ar_task() -> Task:
     return small_ar()
+
+
+@pytest.fixture(scope="module")
+def handbuilt_batch(ar_task):
+    """The test examples the hand-built models are read on."""
+    return ar_task.sample(128, seed=5, split="test")

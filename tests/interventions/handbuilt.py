@@ -80,6 +80,13 @@ def query_retrieval_lm(vocab: int, seq_len: int) -> LM:
     return _build(vocab, seq_len, 3)
 
 
+def key_readout(lm: LM, task, batch):
+    """The verdict's readout of a hand-built model: key corrupted, key / value / query patched at every block input."""
+    from mecheval.interventions import interchange
+
+    return interchange(lm, task, batch, "key", ["resid_pre"], ["key", "value", "query"], seed=3)
+
+
 CONV_GAIN = 20.0  # input scale of the hand-built DeltaNet's q/k/v (SiLU of it is nearly linear and one-hot)
 
 
@@ -146,4 +153,37 @@ def carried_key_lm(vocab: int) -> LM:
         w[: 2 * d, 0, 2] = 1.0
         w[2 * d :, 0, 1] = 1.0
         last.o_proj.weight[tok, tok] = eye * COPY * s
+    return lm.eval()
+
+
+def pointer_lm(vocab: int, seq_len: int) -> LM:
+    """2 attention layers that retrieve by position: the query carries *where* the value is, not the value.
+
+    Residual layout (d = V + 2T): [tok: V | ptr: T | pos: T]. Layer 0 at t attends to the earlier position
+    s holding tok(t) (a match scores SCORE, t itself −SCORE) and writes the pointer pos(s + 1) into `ptr`;
+    layer 1 at t attends to the position `ptr(t)` names and copies its token into `tok`. The published
+    readout reads direct retrieval (the clean query restores the answer); moving the queried pair shows
+    that the query holds only the old value position.
+    """
+    d = vocab + 2 * seq_len
+    lm = build_model(dict(vocab_size=vocab, d_model=d, n_layers=2, mixer="attention", mlp=False,
+                          norm="rmsnorm", pos_emb="learned", max_len=seq_len))
+    tok, ptr, pos = slice(0, vocab), slice(vocab, vocab + seq_len), slice(vocab + seq_len, d)
+    eye_v, eye_t = torch.eye(vocab), torch.eye(seq_len)
+    with torch.no_grad():
+        _one_hot_tokens(lm, tok, vocab)
+        lm.pos.weight[:, pos] = eye_t
+        s0 = math.sqrt(d / 2)  # layer 0 input: tok + pos
+        scale = SCORE * math.sqrt(d) / s0**2
+        wq, wk, wv = lm.layers[0].mixer.qkv.weight.split(d)
+        wq[tok, tok], wq[pos, pos] = eye_v * scale, -eye_t * scale  # match tok(t), not t itself ...
+        wk[tok, tok], wk[pos, pos] = eye_v, eye_t  # ... against tok(s), pos(s)
+        wv[ptr, pos] = torch.diag(torch.ones(seq_len - 1), -1) / s0  # ptr(s + 1) <- pos(s)
+        lm.layers[0].mixer.out.weight[ptr, ptr] = eye_t
+        s1 = math.sqrt(d / 3)  # layer 1 input at the query: tok + ptr + pos
+        wq, wk, wv = lm.layers[1].mixer.qkv.weight.split(d)
+        wq[pos, ptr] = eye_t * SCORE * math.sqrt(d) / s1**2  # the pointed position ...
+        wk[pos, pos] = eye_t  # ... against pos(s)
+        wv[tok, tok] = eye_v * COPY / s1
+        lm.layers[1].mixer.out.weight[tok, tok] = eye_v
     return lm.eval()

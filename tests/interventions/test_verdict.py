@@ -9,16 +9,12 @@ import torch
 from mecheval.interventions import interchange, mechanism
 from mecheval.interventions.conv_window import best_cell, conv_ablation, conv_window
 from mecheval.interventions.verdict import formed_at
-from tests.interventions.handbuilt import conv_binding_lm, induction_lm, query_retrieval_lm
+from tests.interventions.handbuilt import key_readout, conv_binding_lm, induction_lm, query_retrieval_lm
 
 
 @pytest.fixture(scope="module")
-def batch(ar_task):
-    return ar_task.sample(128, seed=5, split="test")
-
-
-def _table(lm, task, batch):
-    return interchange(lm, task, batch, "key", ["resid_pre"], ["key", "value", "query"], seed=3)
+def batch(handbuilt_batch):
+    return handbuilt_batch
 
 
 def test_handbuilt_models_solve_the_task(ar_task, batch):
@@ -29,7 +25,7 @@ def test_handbuilt_models_solve_the_task(ar_task, batch):
 
 def test_induction_model_gets_induction(ar_task, batch):
     lm = induction_lm(ar_task.vocab_size, batch.tokens.shape[1])
-    v = mechanism(_table(lm, ar_task, batch))
+    v = mechanism(key_readout(lm, ar_task, batch))
     assert v.label == "induction"
     assert v.layer == 1 and v.effect > 0.9
     assert v.attrib_value == pytest.approx(1, abs=1e-3)
@@ -40,7 +36,7 @@ def test_three_layer_model_is_read_where_the_answer_reaches_the_query(ar_task, b
     """Induction in layers 0-1 and an inert layer 2: at layer 2's input the answer already sits at the
     query, so the verdict reads layer 1's input and finds the induction."""
     lm = query_retrieval_lm(ar_task.vocab_size, batch.tokens.shape[1])
-    df = _table(lm, ar_task, batch)
+    df = key_readout(lm, ar_task, batch)
     v = mechanism(df)
     assert (v.label, v.layer, v.site) == ("induction", 1, "resid_pre")
     assert v.attrib_value == pytest.approx(1, abs=1e-3) and v.attrib_query == pytest.approx(0, abs=1e-3)
@@ -89,7 +85,7 @@ def test_association_formed_in_the_last_layers_conv_window(ar_task, batch):
     lm = conv_binding_lm(ar_task.vocab_size)
     assert (lm(batch.tokens, positions=batch.answer_pos).argmax(-1) == batch.answer).float().mean() > 0.95
     window = conv_window(lm, ar_task, batch, seed=3, n_boot=50)
-    v = mechanism(_table(lm, ar_task, batch), conv_window=window)
+    v = mechanism(key_readout(lm, ar_task, batch), conv_window=window)
     assert v.label == "direct retrieval" and v.layer == 1
     assert v.attrib_key > 0.9 and abs(v.attrib_value) < 0.05 and abs(v.attrib_query) < 0.05
     assert "short conv window (conv_out at key+1" in v.detail

@@ -187,3 +187,70 @@ def test_a_claim_of_high_accuracy_reads_the_widths_where_the_published_accuracy_
     assert FINDINGS["attention_induction"].check(at_32).status == "not reproduced"
     # a claim of failure reads every width
     assert FINDINGS["h3_hyena_poor"].where_learned is False
+
+
+def test_a_claim_about_accuracy_and_mechanism_says_which_half_failed():
+    """Mamba at 0.65 by direct retrieval, as published: the accuracy fails, the mechanism holds."""
+    rows = runs(("mamba", 0.65, DIR, 0.0, 0.6, 0.4, 0.25))
+    outcome = FINDINGS["mamba_direct"].check(rows)
+    assert outcome.status == "not reproduced"
+    assert outcome.parts == {"accuracy": "not reproduced", "mechanism": "reproduced"}
+    assert outcome.words() == "not reproduced (accuracy: not reproduced, mechanism: reproduced; 0 of 1 seed)"
+    wrong = FINDINGS["mamba_direct"].check(runs(("mamba", 0.95, IND, 0.9, 0.0, 0.0, 0.25)))
+    assert wrong.parts == {"accuracy": "reproduced", "mechanism": "not reproduced"}
+    assert FINDINGS["h3_hyena_poor"].check(CASES["h3_hyena_poor"][0]).parts == {}  # a claim of one part
+
+
+def test_each_finding_counts_the_seeds_that_reproduce_it():
+    rows = pd.concat([runs(("attention", 1.0, IND, 1.0, 0, 0, 0.25)).assign(seed=s) for s in (0, 1, 2)], ignore_index=True)
+    assert FINDINGS["attention_induction"].check(rows).seed_share() == "3 of 3 seeds"
+    rows.loc[1, "verdict"] = DIR  # seed 1 retrieves at the query
+    outcome = FINDINGS["attention_induction"].check(rows)
+    assert outcome.status == "not reproduced" and outcome.seeds == {0: "reproduced", 1: "not reproduced", 2: "reproduced"}
+    assert outcome.seed_share() == "2 of 3 seeds"
+    both = CASES["h3_hyena_poor"][0].assign(seed=[0, 1])  # a claim about two architectures: each seed needs both
+    assert FINDINGS["h3_hyena_poor"].check(both).seeds == {0: "inconclusive", 1: "inconclusive"}
+
+
+def test_an_atr_claim_naming_no_grammar_is_read_per_grammar():
+    """Three easy seeds reproduce the twist; a large-vocabulary seed that never learned the grammar does not
+    overturn them: each grammar is its own outcome."""
+    easy = pd.concat([with_ci(runs(("mamba (d_conv 0)", 0.95, "mixed", 0.82, 0.27, 0.1, 0.05))).assign(seed=s)
+                      for s in (0, 1, 2)])
+    lv = with_ci(runs(("mamba (d_conv 0)", 0.65, NL, 0.1, 0.1, 0.1, 0.05)))
+    rows = pd.concat([easy.assign(**{"task.params.grammar": "easy"}), lv.assign(**{"task.params.grammar": "large_vocab"})],
+                     ignore_index=True).assign(**{"task.name": "atr"})
+    each = FINDINGS["atr_mamba_noconv_induction"].check_each(rows)
+    assert {g: o.status for g, o in each.items()} == {"easy": "reproduced", "large_vocab": "not reproduced"}
+    assert each["easy"].seed_share() == "3 of 3 seeds"
+    overall = FINDINGS["atr_mamba_noconv_induction"].check(rows)
+    assert overall.status == "not reproduced" and overall.parts["on easy"].startswith("reproduced")
+    assert FINDINGS["atr_mamba_noconv_induction"].check_each(rows.iloc[:1]).keys() == {"easy"}  # one grammar, named
+    assert FINDINGS["mamba_direct"].check_each(CASES["mamba_direct"][0]).keys() == {""}  # AR: no grammar
+
+
+def test_the_atr_twist_is_stated_as_measured():
+    """The shares at the value and at the query with their intervals, our own label beside the published criterion."""
+    row = with_ci(runs(("mamba (d_conv 0)", 0.95, "mixed", 0.82, 0.27, 0.1, 0.05)))
+    row = row.assign(**{"attrib@query_lo": 0.2, "attrib@query_hi": 0.34})
+    outcome = FINDINGS["atr_mamba_noconv_induction"].check(row)
+    assert outcome.status == "reproduced" and outcome.parts == {"accuracy": "reproduced", "mechanism": "reproduced"}
+    assert ("@value 0.82 [0.77, 0.87], @query 0.27 [0.20, 0.34]; our label: mixed, published criterion @value >= 0.5: met"
+            in outcome.evidence)
+
+
+def test_the_terminal_prints_each_finding_with_its_parts_and_share_of_seeds(tmp_path):
+    from rich.console import Console
+
+    from mecheval.report.build import Report, summarise
+    from mecheval.report.terminal import print_summary
+
+    rows = runs(("mamba", 0.65, DIR, 0.0, 0.6, 0.4, 0.25)).assign(
+        **{"best_lr": True, "optim.lr": 1e-3, "task.name": "ar", "arch_name": "mamba", "arch_conv": None,
+           "effect": 0.5})
+    outcome = FINDINGS["mamba_direct"].check(rows)
+    console = Console(record=True, width=300)
+    print_summary(Report(tmp_path / "report.md", tmp_path / "report.html", summarise(rows), "",
+                         [(FINDINGS["mamba_direct"].claim, outcome)]), console)
+    assert ("not reproduced (accuracy: not reproduced, mechanism: reproduced; 0 of 1 seed): Mamba (d_conv 4) reaches"
+            in console.export_text())

@@ -9,7 +9,7 @@ ROWS = [
     {"arch": "attention", "model.d_model": 64, "seeds": 3, "acc": 0.98, "acc_outside": 0.98, "acc_outside_lo": 0.91,
      "acc_outside_hi": 1.0, "verdict": "direct retrieval", "verdicts": "direct retrieval 2, induction 1",
      "detail": "answer already at the query", "published_verdict": "induction", "published_acc": 1.0,
-     "agree": "disagree"},
+     "agree": "differ"},
     {"arch": "mamba (d_conv 0)", "model.d_model": 64, "seeds": 3, "acc": 0.25, "acc_outside": 0.24,
      "acc_outside_lo": 0.23, "acc_outside_hi": 0.25, "verdict": "not learned", "verdicts": "not learned 3",
      "detail": "corrupting the key changes nothing", "published_verdict": None, "published_acc": float("nan"),

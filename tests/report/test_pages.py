@@ -91,7 +91,7 @@ def test_a_study_names_the_command_that_made_it_and_the_runs_it_did_not(tmp_path
     from mecheval.study.command import study_command
     from mecheval.sweeps.spec import SweepConfig, run_overrides
 
-    spec = STUDIES["quick"].sweep("cpu", archs=["attention"])
+    spec = STUDIES["quick"].sweep("cpu", archs=["attention"], seeds=[0])
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
     (tmp_path / "study.json").write_text(json.dumps({"preset": "quick", "scale": "cpu", "archs": ["attention"]}))
     (name, _), = run_overrides(SweepConfig.model_validate(spec))

@@ -78,10 +78,11 @@ def test_mamba_vs_attention_finding_pairs_runs_within_each_grammar(tmp_path):
     rows = pd.concat([easy.assign(**{GRAMMAR: None}), medium.assign(**{GRAMMAR: "medium"}),
                       alone.assign(**{GRAMMAR: "large_vocab"})], ignore_index=True)
     outcome = FINDINGS["atr_mamba_vs_attention"].check(rows)
-    # easy (no grammar: the default) passes, medium fails; large_vocab has no attention run, so no pair
+    # easy (no grammar: the default) passes, medium fails, each read apart; large_vocab has no attention run, so no pair
     assert outcome.status == "not reproduced"
-    assert outcome.evidence.startswith("1 of 2 runs pass") and "easy seed 0/0" in outcome.evidence
-    assert "medium seed 0/0" in outcome.evidence and "large_vocab" not in outcome.evidence
+    assert outcome.parts == {"on easy": "reproduced (1 of 1 seed)", "on medium": "not reproduced (0 of 1 seed)"}
+    assert outcome.evidence.startswith("on easy: 1 of 1 runs pass") and "easy seed 0/0" in outcome.evidence
+    assert "on medium: 0 of 1 runs pass" in outcome.evidence and "large_vocab" not in outcome.evidence
     assert FINDINGS["atr_mamba_vs_attention"].check(rows.iloc[[0, 3]]).status == "not run"
 
 

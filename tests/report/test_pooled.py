@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from mecheval.report.pages import PageError, generate
-from mecheval.report.pooled import attribution_runs, pooled_summary, pooled_table, published_medians
+from mecheval.report.pooled import attribution_runs, left_out, pooled_summary, pooled_table, published_medians
 
 ROOT = Path(__file__).resolve().parents[2]
 D64 = ROOT / "results" / "paper-d64"
@@ -82,7 +82,9 @@ def test_the_pooled_block_selects_by_scale_glob_and_preset_and_writes_its_figure
     assert "`results/paper-d64/atr-twist` read as one study: 6 finished runs" in text
     assert "| mamba (d_conv 0) | 0.003 | 0, 1, 2 |" in text
     # the studies' findings, checked on every seed of the pool at once
-    assert "| Without its short convolution, Mamba learns induction on ATR" in text and "3 of 3 runs pass" in text
+    twist = next(line for line in text.splitlines() if line.startswith("| Without its short convolution, Mamba learns"))
+    assert "| reproduced | accuracy: reproduced, mechanism: reproduced |" in twist  # the seeds pooled: 0.84 [0.81, 0.86]
+    assert "over 3 seeds: acc" in twist
     assert "![@key / @value / @query" in text and "](figures/pooled/twist.png)" in text
     runs = pd.read_csv(pd.io.common.StringIO(out[Path("docs/figures/pooled/twist.csv")]))
     assert sorted(runs["arch"].unique()) == ["attention", "mamba", "mamba (d_conv 0)"]
@@ -141,3 +143,27 @@ def test_a_pool_keeps_the_architectures_it_names_and_lists_only_the_studies_they
     (root / "docs" / "page.md").write_text(text.replace("archs=attention,mamba", "archs=hyena"))
     with pytest.raises(PageError, match="docs/page.md: .*no run of hyena"):
         generate(root)
+
+
+def test_a_pool_reads_every_run_its_studies_hold_and_names_those_it_leaves_out(tmp_path):
+    """Runs that a study's latest sweep.yaml does not name are read (3 of 8 in paper-d64/ar-mamba-conv, the best
+    d_conv 2 seed among them); a run not finished, or at the best rate without a verdict, is named with its reason."""
+    conv = D64 / "ar-mamba-conv"
+    df = pooled_table([conv])
+    named = {p.name for p in (conv / "runs").iterdir() if p.is_dir()}
+    assert set(df["name"]) == named and len(named) == 8
+    assert "build-study_d_conv-2_d_model-64_preset-mamba_lr-0.003" in set(df["name"])
+    assert left_out(df) == []
+    copy = tmp_path / "atr-mamba-noconv-seeds12"
+    shutil.copytree(D64 / "atr-mamba-noconv-seeds12", copy, ignore=shutil.ignore_patterns("*.safetensors", "*.gz"))
+    one, two = sorted((copy / "runs").iterdir())
+    (one / "summary.json").unlink()
+    (two / "verdict.json").unlink()
+    assert left_out(pooled_table([copy])) == [f"{copy}/runs/{one.name}: not finished",
+                                              f"{copy}/runs/{two.name}: no verdict (accuracy only)"]
+
+
+def test_the_pooled_block_says_which_runs_it_leaves_out(tmp_path):
+    root = _tree(tmp_path, "pooled name=twist task=atr scale=paper-d64")
+    text = generate(root)[Path("docs/page.md")]
+    assert "whether the latest sweep.yaml names it or not" in text and "No run is left out." in text

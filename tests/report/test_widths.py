@@ -15,7 +15,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from mecheval.report.build import build_report
-from mecheval.report.compare import compare_accuracy, published_interval
+from mecheval.report.decide import compare_accuracy, difference_interval, multi_bootstrap, published_interval
 from mecheval.report.figures import colours
 from mecheval.report.published import AR_ACCURACY, MAMBA_AR_BY_CONV, WIDTHS
 from mecheval.report.widths import DODGE, VARIANTS, ZOO, panel, readable_widths, spans_widths, width_figure, width_table
@@ -24,20 +24,39 @@ QUICK = Path(__file__).parents[2] / "results/cpu/quick"
 NAN = float("nan")
 
 
-@pytest.mark.parametrize("lo, hi, theirs, expected", [
-    (0.06, 0.16, 0.07, "agree"),         # the published value inside our interval
-    (0.97, 0.99, 1.00, "agree"),         # outside it, but both wholly above 0.8: both learn
-    (0.02, 0.05, 0.10, "agree"),         # both wholly below 0.4 (published [0.07, 0.14]): both fail
-    (0.50, 0.70, 0.19, "differ"),        # disjoint from the published [0.15, 0.24]
-    (0.93, 0.97, 0.81, "differ"),        # above 0.8, but the published [0.76, 0.85] is not wholly: disjoint
-    (0.62, 0.74, 0.77, "inconclusive"),  # excludes 0.77, overlaps its [0.72, 0.81]
-    (0.81, 0.90, 0.80, "inconclusive"),  # a published point near the threshold decides nothing
-    (0.20, 0.40, 0.10, "differ"),        # our hi touches 0.4: not wholly below it
-    (NAN, NAN, 0.50, "inconclusive"),    # no interval of ours
-    (0.10, 0.20, None, ""),              # nothing published
+@pytest.mark.parametrize("ours, lo, hi, theirs, expected", [
+    (0.99, 0.98, 1.00, 0.99, "agree"),          # tightly around the published value: ours − published within ±0.05
+    (0.985, 0.97, 0.995, 1.00, "agree"),        # outside the published interval, but the difference within the margin
+    (0.50, 0.45, 0.55, 0.19, "differ"),         # disjoint from the published [0.15, 0.24]
+    (0.85, 0.82, 0.88, 1.00, "differ"),         # both high no longer agree: 0.15 below, wholly beyond the margin
+    (0.01, 0.00, 0.02, 0.10, "differ"),         # both low no longer agree: [-0.12, -0.06]
+    (0.37, 0.00, 1.00, 0.50, "inconclusive"),   # bimodal seeds, [0.00, 1.00]: decides nothing
+    (0.67, 0.00, 1.00, 1.00, "inconclusive"),
+    (0.50, 0.49, 0.51, 0.50, "inconclusive"),   # the published value's own interval (n = 320) is wider than the margin
+    (0.68, 0.62, 0.74, 0.77, "inconclusive"),   # [-0.16, -0.01]: partly within the margin, partly beyond
+    (NAN, NAN, NAN, 0.50, "inconclusive"),      # no interval of ours
+    (0.15, 0.10, 0.20, None, ""),               # nothing published
 ])
-def test_comparison_is_decided_by_intervals(lo, hi, theirs, expected):
-    assert compare_accuracy(lo, hi, theirs) == expected
+def test_comparison_is_decided_by_the_difference_interval_against_a_margin(ours, lo, hi, theirs, expected):
+    assert compare_accuracy(ours, lo, hi, theirs) == expected
+
+
+def test_the_difference_interval_combines_ours_with_the_published_sampling_error():
+    diff, d_lo, d_hi = difference_interval(0.68, 0.62, 0.74, 0.77)
+    p_lo, p_hi = published_interval(0.77)
+    assert diff == pytest.approx(-0.09)
+    assert d_lo == pytest.approx(-0.09 - math.hypot(0.06, p_hi - 0.77)) and d_hi == pytest.approx(-0.09 + math.hypot(0.06, 0.77 - p_lo))
+    assert d_lo < -0.09 - 0.06 and d_hi > -0.09 + 0.06  # wider than ours alone
+
+
+def test_seeds_are_bootstrapped_jointly_with_their_examples():
+    """Bimodal seeds (one fails, two learn): the multi-bootstrap spans [0, 1], where a t-interval over the seeds
+    would be [-0.77, 2.1] clipped; seeds that agree give an interval about as wide as their examples allow."""
+    assert multi_bootstrap([0.0, 1.0, 1.0], [0.0, 0.99, 0.99], [0.01, 1.0, 1.0], [512] * 3) == (0.0, 1.0)
+    lo, hi = multi_bootstrap([0.95, 0.96, 0.97], [NAN] * 3, [NAN] * 3, [400] * 3)
+    assert 0.93 < lo < 0.95 and 0.97 < hi < 0.99
+    lo, hi = multi_bootstrap([0.8, 0.8], [0.7, 0.7], [0.9, 0.9])  # no counts: each seed's examples from its own interval
+    assert 0.69 < lo < 0.75 and 0.85 < hi < 0.91
 
 
 def test_published_interval_is_wilson_on_320_examples():
@@ -46,11 +65,11 @@ def test_published_interval_is_wilson_on_320_examples():
 
 
 RUNS = [  # arch, name, conv, width, seeds, acc, lo, hi -> the comparison with the published value
-    ("attention", "attention", None, 16, 1, 0.10, 0.06, 0.16),       # .07: agree
+    ("attention", "attention", None, 16, 1, 0.08, 0.06, 0.10),       # .07: agree
     ("attention", "attention", None, 32, 1, 0.99, 0.97, 1.00),       # 1.0: agree
     ("mamba", "mamba", None, 16, 3, 0.30, 0.20, 0.40),               # .10: differ
     ("mamba", "mamba", None, 32, 3, 0.68, 0.62, 0.74),               # .77: inconclusive
-    ("mamba (d_conv 2)", "mamba", 2, 16, 1, 0.05, 0.02, 0.09),       # .04: agree
+    ("mamba (d_conv 2)", "mamba", 2, 16, 1, 0.05, 0.02, 0.09),       # .04: inconclusive (within, but too wide)
     ("mamba (d_conv 2)", "mamba", 2, 32, 1, 0.60, 0.50, 0.70),       # .19: differ
 ]
 
@@ -72,7 +91,7 @@ def test_table_beside_the_published_values_at_every_width():
     ran = table[table["seeds"] > 0].set_index(["arch", "width"])
     assert ran["comparison"].to_dict() == {("attention", 16): "agree", ("attention", 32): "agree",
                                            ("mamba", 16): "differ", ("mamba", 32): "inconclusive",
-                                           ("mamba (d_conv 2)", 16): "agree", ("mamba (d_conv 2)", 32): "differ"}
+                                           ("mamba (d_conv 2)", 16): "inconclusive", ("mamba (d_conv 2)", 32): "differ"}
     assert set(table.loc[table["arch"] == "mamba (d_conv 2)", "panel"]) == {"mamba: conv sizes"}
     assert set(table.loc[table["arch"] != "mamba (d_conv 2)", "panel"]) == {ZOO}
     assert panel("mamba (1 layer)", "mamba", None) == VARIANTS and panel("based (d_conv 4)", "based", 4) == "based: conv sizes"
@@ -140,9 +159,10 @@ def test_report_shows_accuracy_against_width(two_widths):
     rows = {tuple(r[:2]): r[2:] for r in cells[1:]}  # (architecture, width) -> seeds, ours, published, comparison
     assert cells[0] == ["architecture", "width", "seeds", "ours [95% CI]", "published [95% CI, n = 320]", "comparison"]
     assert rows[("attention", "32")] == ["1", "0.50 [0.45, 0.55]", "1.00 [0.99, 1.00]", "differ"]
-    assert rows[("attention", "64")][-1] == "agree"
-    # two seeds: the t interval over them, which holds the published 0.77
-    assert rows[("mamba", "32")] == ["2", "0.77 [0.52, 1.00]", "0.77 [0.72, 0.81]", "agree"]
+    assert rows[("attention", "64")][-1] == "inconclusive"  # 0.95 against 1.00: the difference [-0.07, -0.03] spans -0.05
+    # two seeds: the multi-bootstrap over seeds and examples (a t interval over the two gave [0.52, 1.00]); the
+    # difference with the published 0.77 is near 0, but its interval reaches beyond ±0.05
+    assert rows[("mamba", "32")] == ["2", "0.77 [0.72, 0.82]", "0.77 [0.72, 0.81]", "inconclusive"]
     assert rows[("mamba", "64")][-1] == "differ"  # ours above 0.93, published 0.81 [0.76, 0.85]
     assert "Accuracy against width" in report.html.read_text()
 
@@ -165,7 +185,7 @@ def test_pages_show_accuracy_against_width(tmp_path, two_widths):
     assert (root / png).stat().st_size > 1000
     text = page.read_text()
     assert "![Accuracy against width, ours beside the published values](figures/widths/cpu-widths.png)" in text
-    assert "| mamba | 32 | 2 | 0.77 [0.52, 1.00] | 0.77 [0.72, 0.81] | agree |" in text
+    assert "| mamba | 32 | 2 | 0.77 [0.72, 0.82] | 0.77 [0.72, 0.81] | inconclusive |" in text
     assert pages.stale_pages(root) == []
     table = pd.read_csv(root / data)
     assert math.isclose(table.set_index(["arch", "width"]).at[("attention", 32), "acc"], 0.5)

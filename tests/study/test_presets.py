@@ -16,9 +16,10 @@ def test_every_preset_expands_to_valid_runs(name, scale):
     runs = expand(SweepConfig.model_validate(study.sweep(scale)))
     archs = study.archs if scale == "paper" else study.cpu_archs or study.archs
     own_rates = all("optim.lr" in a for a in archs)  # each point at its own rate (paper scale)
-    n_grid = len(PAPER_WIDTHS) * (1 if own_rates else len(PAPER_LRS)) if scale == "paper" else len(study.cpu_lrs)
+    n_grid = len(PAPER_WIDTHS) * (1 if own_rates else len(PAPER_LRS)) if scale == "paper" else len(study.cpu_lrs) or 1
     for values in study.paper_grid.values() if scale == "paper" else []:
         n_grid *= len(values)
+    n_grid *= 1 if scale == "paper" else len(study.cpu_seeds) or 1  # the cpu scale's default seeds
     assert len(runs) == len(archs) * n_grid
     assert len({r.name for r in runs}) == len(runs)
     presets = {r.config.model.preset for r in runs}

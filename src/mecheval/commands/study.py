@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         n: Annotated[int, typer.Option(min=1, help="Examples per intervention experiment (the API's N_EXAMPLES, as `mecheval intervene`).")] = N_EXAMPLES,
         widths: Annotated[Optional[list[str]], typer.Option(help="Widths to train, e.g. 64 or 32,64 (default: the scale's).")] = None,
         lrs: Annotated[Optional[list[str]], typer.Option(help="Learning rates, e.g. 3e-4,1e-3 (default: the scale's).")] = None,
-        seeds: Annotated[Optional[list[str]], typer.Option(help="Seeds, e.g. 0,1,2 (default: seed 0 only).")] = None,
+        seeds: Annotated[Optional[list[str]], typer.Option(help="Seeds, e.g. 0,1,2 (default: the study's cpu_seeds at the cpu scale, e.g. 0,1,2 for quick; else seed 0 only).")] = None,
         archs: Annotated[Optional[list[str]], typer.Option(help="Architectures to keep, by label, e.g. 'attention,mamba (d_conv 0)'; a mixer's import path (mypkg.mod:MyMixer) adds it.")] = None,
         new: Annotated[bool, typer.Option("--new", help="Restart afresh the runs in --out made with a different spec (else refused).")] = False,
         early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,

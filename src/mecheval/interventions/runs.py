@@ -7,7 +7,10 @@
     RUN_DIR/accuracy.parquet             accuracy (Wilson 95% interval) per artefact subset and key distance
     RUN_DIR/conv_window.parquet, conv_ablation.parquet, interventions/conv_window.png   (--analysis conv-window)
     RUN_DIR/state_curve.parquet, interventions/state_curve.png   (--analysis state, models with a state)
-    RUN_DIR/verdict.json                 the mechanism verdict, its detail, and the accuracy it rests on
+    RUN_DIR/pointer.parquet              the pointer control at the verdict's read point (`pointer.py`)
+    RUN_DIR/verdict.json                 the mechanism verdict, its detail, the accuracy it rests on, and which
+                                         prompts were read: those not seen in training (`training.prompts`),
+                                         with the share seen and the accuracy on all prompts beside them
 """
 
 from __future__ import annotations
@@ -20,16 +23,20 @@ import pandas as pd
 
 from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
 
-from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, accuracy_table, correct_answers, example_table
+from mecheval.interventions.accuracy import (EXAMPLES, accuracy_fields, accuracy_table, correct_answers, example_ids,
+                                             example_table)
 from mecheval.interventions.artefact import distance_subsets, short_convs, subsets
 from mecheval.interventions.carriers import carriers_table
 from mecheval.interventions.conv_window import conv_ablation, conv_window
+from mecheval.interventions.metrics import accuracy_interval
 from mecheval.interventions.patching import N_EXAMPLES, interchange
+from mecheval.interventions.pointer import POINTER, pointer_control
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
 from mecheval.interventions.state_readout import state_curve, state_sites
 from mecheval.interventions.positions import Position
 from mecheval.interventions.verdict import JOINT, LABELS, ROLES, NothingToRead, Verdict, mechanism, read_point
 from mecheval.models.sites import matches
+from mecheval.training.prompts import run_training_ids, unseen_sample
 from mecheval.training.lock import run_locked
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
@@ -73,12 +80,12 @@ def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int 
 @run_locked
 def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") -> pd.DataFrame | None:
     """RUN_DIR/examples.parquet (`example_table`) on the batch `intervene_run` reads with the same n, seed and
-    split, for a run intervened on before the table existed: one forward pass, nothing patched. None for
+    split (the prompts unseen in training), for a run intervened on before the table existed: one forward pass, nothing patched. None for
     multi-answer tasks."""
     from mecheval import load_run
 
-    lm, task, _ = load_run(run_dir)
-    batch = task.sample(n, seed=seed, split=split)
+    lm, task, cfg = load_run(run_dir)
+    batch, _ = unseen_sample(task, n, seed, split, None if cfg is None else run_training_ids(run_dir, cfg))
     if batch.answer.dim() != 1:
         return None
     table = example_table(correct_answers(lm, batch), batch, subsets(lm, batch))
@@ -86,12 +93,15 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
     return table
 
 
-# verdict.json's `rules`: 3 = labels decided by intervals, direct retrieval by the full-window readout's
-# joint patch where read (2: by the joint key&query patch; 1: points)
-VERDICT_RULES = 3
+# verdict.json's `rules`: 4 = read on prompts unseen in training, a direct retrieval at the query checked by the
+# pointer control; 3 = labels decided by intervals, direct retrieval by the full-window readout's joint patch
+# where read (2: by the joint key&query patch; 1: points)
+VERDICT_RULES = 4
 VERDICT = "verdict.json"
 SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
 NUMBER = (int, float)
+PROMPT_FIELDS = ("prompts", "seen_share", "n_drawn", "acc_all_prompts", "acc_all_prompts_lo", "acc_all_prompts_hi",
+                 "n_all_prompts")  # verdict.json: which prompts were read (`prompts_read`)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
                   "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on
 
@@ -126,7 +136,8 @@ def has_valid_verdict(run_dir: Path) -> bool:
 
 
 def read_verdict(
-    df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float, carriers: pd.DataFrame | None = None
+    df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float, carriers: pd.DataFrame | None = None,
+    pointer: pd.DataFrame | None = None,
 ) -> Verdict | None:
     """The verdict of an interventions table (sufficiency rows with `resid_pre` at the key, value and query), None
     where it has nothing to read."""
@@ -134,37 +145,52 @@ def read_verdict(
     if not set(ROLES) <= set(at_read["position"].astype(str)):  # e.g. only --positions key+1 was patched
         return None
     try:
-        return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window, carriers=carriers)
+        return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window, carriers=carriers, pointer=pointer)
     except NothingToRead:  # a 1-layer model without a conv: nothing to read but the embedding
         return None
 
 
-def read_with_carriers(
+def read_with_controls(
     lm, task, batch, df: pd.DataFrame, masks: dict, corrupt: str, min_effect: float, window: pd.DataFrame | None,
     seed: int = 0,
-) -> tuple[Verdict | None, pd.DataFrame | None]:
-    """(the verdict, the full-window table): `read_verdict`, then the full-window readout (`carriers.py`)
-    at its read point, also by the queried key's distance from the answer (subsets `distance d`: where the
-    artefact control's trivial readouts are), and the verdict decided again with it (single-answer batches;
-    else without it)."""
+) -> tuple[Verdict | None, pd.DataFrame | None, pd.DataFrame | None]:
+    """(the verdict, the full-window table, the pointer control): `read_verdict`, then at its read point the
+    full-window readout (`carriers.py`; also by the queried key's distance from the answer, subsets `distance
+    d`: where the artefact control's trivial readouts are) and, for a model that learned, the pointer control
+    (`pointer.py`, on the verdict's subset; tasks with `Task.move`), and the verdict decided again with both
+    (single-answer batches; else without them)."""
     verdict = read_verdict(df, window, corrupt, min_effect)
     if verdict is None or batch.answer.dim() != 1:
-        return verdict, None
+        return verdict, None, None
     carriers = carriers_table(lm, task, batch, corrupt, verdict.site, verdict.layer, seed=seed,
                               subsets=masks | distance_subsets(batch))
-    return read_verdict(df, window, corrupt, min_effect, carriers), carriers
+    pointer = None
+    if verdict.label != "not learned":
+        try:
+            pointer = pointer_control(lm, task, batch, verdict.site, verdict.layer, seed=seed, mask=masks.get(verdict.subset))
+        except NotImplementedError:  # the task defines no move
+            pass
+    return read_verdict(df, window, corrupt, min_effect, carriers, pointer), carriers, pointer
 
 
 def _optional(path: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.exists() else None
 
 
-def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: str = "patched") -> None:
-    """RUN_DIR/verdict.json: the verdict, the accuracy it rests on, the rules and filter that decided it, and
-    its source: "patched" (this call's tables) or "relabelled" (decided anew from earlier tables, whose
-    artefact control and cells are those of the code that patched them)."""
+def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: str = "patched",
+                  prompts: dict | None = None) -> None:
+    """RUN_DIR/verdict.json: the verdict, the accuracy it rests on, the rules and filter that decided it, its
+    source: "patched" (this call's tables) or "relabelled" (decided anew from earlier tables, whose artefact
+    control and cells are those of the code that patched them), and `prompts` (`unseen_sample`'s provenance
+    and the accuracy on all prompts; a relabelled verdict keeps the earlier file's)."""
     row = verdict.as_row() | accuracy_fields(run_dir / "accuracy.parquet", verdict.subset)
-    row |= {"rules": VERDICT_RULES, "min_effect": min_effect, "source": source}
+    if prompts is None:
+        try:
+            earlier = json.loads((run_dir / VERDICT).read_text())
+        except (OSError, ValueError):
+            earlier = {}
+        prompts = {k: v for k, v in earlier.items() if k in PROMPT_FIELDS}
+    row |= prompts | {"rules": VERDICT_RULES, "min_effect": min_effect, "source": source}
     atomic_write_text(run_dir / VERDICT, json.dumps(row, indent=2) + "\n", run_dir)
 
 
@@ -174,20 +200,54 @@ def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
     conv_window.parquet and carriers.parquet where present): no model is built, nothing is patched. A
     table without the full-window readout is read with the joint key&query rows, and without those with the
     published sum and its intervals' sum. None where nothing can be read."""
-    run_dir = Path(run_dir)
+    return _relabel(Path(run_dir), min_effect)
+
+
+def _relabel(run_dir: Path, min_effect: float, prompts: dict | None = None) -> Verdict | None:
+    """`relabel_run` without the lock; `prompts` as `write_verdict`'s."""
     df = pd.read_parquet(run_dir / "interventions.parquet")
     if VERDICT_ROLE not in set(df["corrupt"]):
         return None
     verdict = read_verdict(df, _optional(run_dir / "conv_window.parquet"), VERDICT_ROLE, min_effect,
-                           _optional(run_dir / "carriers.parquet"))
+                           _optional(run_dir / "carriers.parquet"), _optional(run_dir / POINTER))
     if verdict is not None:
-        write_verdict(run_dir, verdict, min_effect, source="relabelled")
+        write_verdict(run_dir, verdict, min_effect, source="relabelled", prompts=prompts)
     return verdict
 
 
+@run_locked
+def recheck_run(readout_dir: Path, run_dir: Path, n: int, min_effect: float, seed: int = 0, split: str = "test") -> bool:
+    """Brings the verdict in `readout_dir` (the run directory, or its split's) to the current rules with a few
+    forward passes where that suffices: where its tables were read on the examples `prompts_read` draws now
+    (none of their prompts seen in training), the pointer control is run at the verdict's read point and the
+    verdict decided anew from the tables with it (`relabel_run`). False, changing nothing, where the tables
+    must be patched again (`intervene_run`): their examples include prompts seen in training, or are unknown."""
+    from mecheval import load_run
+
+    readout_dir = Path(readout_dir)
+    lm, task, cfg = load_run(run_dir)
+    batch, prompts = prompts_read(lm, task, n, seed, split, run_training_ids(run_dir, cfg))
+    examples = _optional(readout_dir / EXAMPLES)
+    if examples is None or batch.answer.dim() != 1 or examples["id"].tolist() != example_ids(batch):
+        return False
+    old = read_verdict_file(readout_dir)
+    if old["verdict"] != "not learned":
+        masks = subsets(lm, batch)
+        try:
+            pointer = pointer_control(lm, task, batch, old["site"], old["layer"], seed=seed, mask=masks.get(old["subset"]))
+            write_table(readout_dir, POINTER, pointer)
+        except NotImplementedError:  # the task defines no move
+            pass
+    _relabel(readout_dir, min_effect, prompts)
+    return True
+
+
 def verdict_is_current(run_dir: Path) -> bool:
-    """verdict.json exists and was decided by the current rules."""
-    return has_valid_verdict(run_dir) and read_verdict_file(run_dir).get("rules") == VERDICT_RULES
+    """verdict.json exists, was decided by the current rules and says which prompts it read."""
+    if not has_valid_verdict(run_dir):
+        return False
+    row = read_verdict_file(run_dir)
+    return row.get("rules") == VERDICT_RULES and "prompts" in row
 
 
 class ReadoutKindError(ValueError):
@@ -268,19 +328,21 @@ def intervene_run(
     out_dir = Path(out) if out is not None else Path(run_dir)
     if not replace:
         check_replace(out_dir, corrupt, direction, method, sites, positions)
-    lm, task, _ = load_run(run_dir)
+    lm, task, cfg = load_run(run_dir)
+    train_ids = None if cfg is None else run_training_ids(run_dir, cfg)
     return intervene_model(out_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
-                           skip_missing_sites, analyses, method, verify)
+                           skip_missing_sites, analyses, method, verify, train_ids=train_ids)
 
 
 def intervene_model(
     out_dir: Path, lm, task, corrupt: list[str], n: int = N_EXAMPLES, sites: list[str] = ("*",),
     positions: list[Position] | None = None, seed: int = 0, split: str = "test", direction: str = "sufficiency",
     min_effect: float = 0.01, skip_missing_sites: bool = False, analyses: list[str] = (), method: str = "exact",
-    verify: int = 0,
+    verify: int = 0, train_ids=None,
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """`intervene_run` on a model and task already built (an LM, or `mecheval.hf.wrap`'s), its outputs written
-    into `out_dir` (earlier analyses not asked for kept)."""
+    into `out_dir` (earlier analyses not asked for kept). train_ids: the prompts the model trained on
+    (`training.prompts`); the readouts then read only test prompts outside them (None: every prompt)."""
     unknown = sorted(set(analyses) - set(ANALYSES))
     if unknown:
         raise ValueError(f"unknown analyses {unknown}; known: {list(ANALYSES)}")
@@ -289,7 +351,7 @@ def intervene_model(
     sites = list(dict.fromkeys([*sites, "resid_pre", f"layers.{len(lm.layers) - 1}.resid_post"]))
     if skip_missing_sites:
         sites = present_sites(list(lm.sites()), sites)
-    batch = task.sample(n, seed=seed, split=split)
+    batch, prompts = prompts_read(lm, task, n, seed, split, train_ids)
     masks = subsets(lm, batch)
     tables = [interchange(lm, task, batch, role, sites, positions, seed=seed, direction=direction, subsets=masks,
                           method=method, verify=verify) for role in corrupt]
@@ -329,17 +391,32 @@ def intervene_model(
         title = f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {r}, {shown_subset} (n = {int(part['n'].iloc[0])})"
         layer_profile(part, out_dir / "interventions" / f"{r}_profile.png", title=title)
     reads = VERDICT_ROLE in corrupt and direction == "sufficiency"
-    verdict, carriers = (read_with_carriers(lm, task, batch, df, masks, VERDICT_ROLE, min_effect, window, seed)
-                         if reads else (None, None))
-    if carriers is not None:
-        write_table(out_dir, "carriers.parquet", carriers)
-    else:  # a previous call's, read with the verdict this call does not write
-        safe_unlink(out_dir / "carriers.parquet", out_dir)
+    verdict, carriers, pointer = (read_with_controls(lm, task, batch, df, masks, VERDICT_ROLE, min_effect, window, seed)
+                                  if reads else (None, None, None))
+    for name, table in (("carriers.parquet", carriers), (POINTER, pointer)):
+        if table is not None:
+            write_table(out_dir, name, table)
+        else:  # a previous call's, read with the verdict this call does not write
+            safe_unlink(out_dir / name, out_dir)
     if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
         write_state_readout(out_dir, lm, task, outside, role, seed)
     if verdict is not None:
-        write_verdict(out_dir, verdict, min_effect)
+        write_verdict(out_dir, verdict, min_effect, prompts=prompts)
     return df, verdict
+
+
+def prompts_read(lm, task, n: int, seed: int, split: str, train_ids) -> tuple:
+    """(the readouts' batch: n `split` examples whose prompts the model did not train on, `unseen_sample`; the
+    PROMPT_FIELDS: its provenance and the accuracy on the first n prompts drawn, seen or not, the reading the
+    published study's figures compare with)."""
+    batch, prompts = unseen_sample(task, n, seed, split, train_ids)
+    if prompts["prompts"] == "unseen":
+        every = task.sample(n, seed=seed, split=split)
+        correct = correct_answers(lm, every)
+        k, m = int(correct.sum()), correct.numel()
+        lo, hi = accuracy_interval(k, m)
+        prompts |= {"acc_all_prompts": k / m, "acc_all_prompts_lo": lo, "acc_all_prompts_hi": hi, "n_all_prompts": m}
+    return batch, prompts
 
 
 def read_point_attributions(df: pd.DataFrame, corrupt: str) -> dict:

@@ -4,7 +4,8 @@
 `snapshots/step-*.safetensors`) and, at each step, on one fixed batch (test split, `seed`): the
 accuracy (Wilson 95%), the clean residual patched in at the key, value and query at the input of
 every layer (key corrupted, with bootstrap 95% intervals), the verdict with its read point (read with the
-full-window readout there, as the final verdict is), and, where
+full-window readout and the pointer control there, as the final verdict is; on every test prompt, seen in
+training or not), and, where
 the model has a short conv and has learned the task, the conv-window cell that restores most. Everything is read on the
 examples outside the conv reach (`artefact.py`), as the final readout is.
 
@@ -28,7 +29,7 @@ from mecheval.interventions.accuracy import accuracy_table, correct_answers
 from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import best_cell, conv_window
 from mecheval.interventions.patching import interchange
-from mecheval.interventions.runs import VERDICT_RULES, read_verdict, read_with_carriers
+from mecheval.interventions.runs import VERDICT_RULES, read_verdict, read_with_controls
 from mecheval.interventions.verdict import ROLES
 from mecheval.training.lock import run_locked
 
@@ -83,7 +84,7 @@ def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.Da
     learned = verdict is None or verdict.label != "not learned"  # where nothing is learned, no conv binds
     window = conv_window(lm, task, read, corrupt=corrupt) if short_convs(lm) and learned else None
     if verdict is not None:
-        verdict, _ = read_with_carriers(lm, task, batch, df, masks, corrupt, min_effect, window)
+        verdict, _, _ = read_with_controls(lm, task, batch, df, masks, corrupt, min_effect, window)
     label, read_layer = (None, None) if verdict is None else (verdict.label, verdict.layer)
     cell = None if window is None or window.empty else best_cell(window)
     rows = df[df["subset"] == subset].copy()

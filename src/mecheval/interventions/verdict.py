@@ -33,6 +33,12 @@ data decide neither it nor its failure (the detail names the interval that strad
                                         itself (for a conv mixer: inside its short conv window, named
                                         from the conv-window table where one is given)
                       (without the full-window readout: @query >= @key, or @key > @query).
+                      Where the query restores most, the pointer control (`pointer.py`: the queried pair
+                      moved, the clean query patched in) decides which of two things the query holds:
+    positional pointer  where the value is, not the answer: most patched outputs follow the old position
+                        (its interval at or above POINTER_SHARE). The answer followed the same way keeps
+                        `direct retrieval`; neither decided: `inconclusive`. Without the control's table
+                        the label stays and the detail says the control was not run.
 With the full-window readout, `detail` also says how much of the effect the published three positions
 explain jointly, how much every carrier does, and which positions beyond the three hold the rest.
     mixed             every label above decidedly fails
@@ -47,15 +53,17 @@ from itertools import groupby
 
 import pandas as pd
 
+from mecheval.intervals import above, all_of, at_most
 from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED, WINDOW
 from mecheval.interventions.conv_window import best_cell
 
 NO_READ_POINT = "a 1-layer model without a short conv has no site between the embedding and the answer to read"
-LABELS = ("induction", "direct retrieval", "mixed", "not learned", "inconclusive")
+LABELS = ("induction", "direct retrieval", "mixed", "not learned", "inconclusive", "positional pointer")
 JOINT = "key&query"  # the joint key-and-query patch the direct-retrieval rule reads where present
 HIGH, LOW = 0.8, 0.2  # default attribution thresholds: "high" at or above HIGH, "low" below LOW
 ROLES = ("key", "value", "query")
 FORMED = 0.5  # a conv-window cell restoring at least this much is where the association is formed
+POINTER_SHARE = 0.5  # the pointer control: most patched outputs follow the answer, or the old position
 
 
 class NothingToRead(ValueError):
@@ -120,6 +128,7 @@ def mechanism(
     subset: str | None = None,
     conv_window: pd.DataFrame | None = None,
     carriers: pd.DataFrame | None = None,
+    pointer: pd.DataFrame | None = None,
 ) -> Verdict:
     """The verdict from an `interchange` table (see the module docstring for the rules).
 
@@ -127,7 +136,8 @@ def mechanism(
     corrupted role read (only "key": the rules are for key corruption); site/layer: override the read point (`read_point`); subset: the examples
     (default `outside` where present, else `all`); conv_window: a `conv_window` table, to name where a
     combining layer binds key and value; carriers: a `carriers.carriers_table` (the full-window readout;
-    its rows at the read point are used).
+    its rows at the read point are used); pointer: a `pointer.pointer_control` table (its row at the read
+    point decides a direct retrieval at the query: module docstring).
     """
     rows = df[df["corrupt"] == corrupt]
     if "direction" in rows:
@@ -169,7 +179,7 @@ def mechanism(
         "side high": _above(side_ci, high, what=f"{side_name} {_fmt(side, side_ci)} vs {high}"),
     }
     rules = {"induction": ("value high", "query low"), "direct retrieval": ("value low", "side high")}
-    held = {label: _all(tests[t][0] for t in names) for label, names in rules.items()}
+    held = {label: all_of(tests[t][0] for t in names) for label, names in rules.items()}
     if tests["learned"][0] is False:
         label, detail = "not learned", f"corrupting the key changes p(answer) by {_fmt(effect, effect_ci)} (<= {min_effect})"
     elif tests["learned"][0] is None:
@@ -184,6 +194,7 @@ def mechanism(
         cell = window.get(best) or (at[best], *ci[best])
         if best == "query":
             detail = f"answer already at the query by {where} (@query {_fmt(cell[0], cell[1:])}; {tests['side high'][1]})"
+            label, detail = _pointer_reading(_at_read_point(pointer, site, layer), detail, where)
         else:
             detail = f"layer {layer} combines key and value itself (@{best} {_fmt(cell[0], cell[1:])} at {where}; {tests['side high'][1]})"
             detail += _conv_detail(conv_window, layer, ", in its")
@@ -198,6 +209,40 @@ def mechanism(
     n = int(rows["n"].iloc[0]) if "n" in rows else 0
     return Verdict(label, detail, effect, layer, site, subset, n, at["key"], at["value"], at["query"],
                    ci["key"], ci["value"], ci["query"], effect_ci, at[JOINT], ci[JOINT], window)
+
+
+def _at_read_point(table: pd.DataFrame | None, site: str, layer: int) -> pd.Series | None:
+    """The row of a per-read-point table (the pointer control's) at `site` of `layer`; None where absent."""
+    if table is None or table.empty:
+        return None
+    rows = table[(table["site"] == site) & (table["layer"] == layer)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def carries(row: pd.Series) -> str | None:
+    """What the query holds by the pointer control's row: "answer" or "position" where that share's interval
+    lies at or above POINTER_SHARE, "neither" where both lie below it, None where the data do not decide."""
+    for follows in ("answer", "position"):
+        if _above((row[f"{follows}_lo"], row[f"{follows}_hi"]), POINTER_SHARE, "")[0]:
+            return follows
+    below = [_above((row[f"{f}_lo"], row[f"{f}_hi"]), POINTER_SHARE, "")[0] is False for f in ("answer", "position")]
+    return "neither" if all(below) else None
+
+
+def _pointer_reading(row: pd.Series | None, detail: str, where: str) -> tuple[str, str]:
+    """(label, detail) of a direct retrieval at the query after the pointer control (module docstring)."""
+    if row is None:
+        return "direct retrieval", detail + "; pointer control not run"
+    shares = (f"with the queried pair moved, the clean query patched in at {where} makes the model output the "
+              f"answer in {_fmt(row['answer'], (row['answer_lo'], row['answer_hi']))} and the token now at the "
+              f"value's old position in {_fmt(row['position'], (row['position_lo'], row['position_hi']))} "
+              f"(n = {int(row['n'])})")
+    found = carries(row)
+    if found == "answer":
+        return "direct retrieval", f"{detail}; the query carries the answer: {shares}"
+    if found == "position":
+        return "positional pointer", f"the query holds where the value is, not the answer: {shares}"
+    return "inconclusive", f"{detail}, but the pointer control does not decide what the query holds: {shares}"
 
 
 SHOWN = 0.05  # a single position beyond the published three is named in the detail from this attribution on
@@ -287,27 +332,13 @@ def _sum(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
 
 
 def _above(ci: tuple[float, float], t: float, what: str, strict: bool = False) -> tuple[bool | None, str]:
-    """Is the quantity >= t (> t if strict)? True / False where its interval lies on one side, None where it straddles."""
-    lo, hi = ci
-    if math.isnan(lo):
-        return None, what
-    if (lo > t) if strict else (lo >= t):
-        return True, what
-    return (False if ((hi <= t) if strict else (hi < t)) else None), what
+    """Is the quantity >= t (> t if strict)? Decided by its interval (`intervals.above`), with `what` it compares."""
+    return above(*ci, t, strict), what
 
 
 def _below(ci: tuple[float, float], t: float, what: str) -> tuple[bool | None, str]:
-    """Is the quantity <= t? Decided by its interval as `_above`."""
-    lo, hi = ci
-    if math.isnan(lo):
-        return None, what
-    return (True if hi <= t else False if lo > t else None), what
-
-
-def _all(decisions) -> bool | None:
-    """Three-valued and: False if any is False, else None if any is None, else True."""
-    decisions = list(decisions)
-    return False if False in decisions else None if None in decisions else True
+    """Is the quantity <= t? Decided by its interval (`intervals.at_most`)."""
+    return at_most(*ci, t), what
 
 
 def _fmt(point: float, ci: tuple[float, float]) -> str:

@@ -12,28 +12,28 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
 from mecheval.common import atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
 from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
 from mecheval.interventions.state_readout import state_summary
 from mecheval.report import figures
-from mecheval.report.compare import (HELDOUT_ACC_CELL, HELDOUT_VALUE_CELL, compare_accuracy, heldout_cells,
-                                     published_accuracy, published_attribution, published_heldout, published_verdict)
+from mecheval.report.compare import (HELDOUT_ACC_CELL, HELDOUT_VALUE_CELL, heldout_cells, published_accuracy,
+                                     published_attribution, published_heldout, published_verdict)
+from mecheval.report.decide import RULE, compare_accuracy, compare_labels, multi_bootstrap
 from mecheval.report.html import render_html
 from mecheval.report.fit import FIT_NOTE, fit_table
-from mecheval.report.findings import FINDINGS, Outcome, conv_evidence, seed_pairs
+from mecheval.report.findings import FINDINGS, Outcome, checked, conv_evidence, finding_row, seed_pairs
 from mecheval.report.overview import GRAMMAR, by_grammar, overview_table, overview_text, with_interval
 from mecheval.report.paired import paired_accuracy, read_examples
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
-from mecheval.report.widths import RULE, readable_widths, spans_widths, width_figure, width_table
+from mecheval.report.widths import readable_widths, spans_widths, width_figure, width_table
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
 HEATMAPS = "key_*.png"  # in each run's interventions/, drawn by `mecheval intervene`: corrupt key, one per site
@@ -46,6 +46,7 @@ class Report:
     html: Path
     summary: pd.DataFrame  # one row per (architecture, width): what the terminal shows
     overview: str = ""  # the summary paragraph, the same in the HTML, report.md and the terminal
+    findings: list[tuple[str, Outcome]] = field(default_factory=list)  # (claim, outcome) per published finding checked
 
 
 @dataclass
@@ -77,13 +78,13 @@ HUMAN = {  # column -> header for people
 
 CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
     "accuracy": "Accuracy per architecture at its best learning rate, on the examples outside the conv reach "
-                "where the runs were intervened on (bars, with 95% intervals over seeds, or Wilson for one run); "
-                "black ticks: the published accuracy for the published task and size.",
+                "where the runs were intervened on (bars, with 95% multi-bootstrap intervals over seeds, or Wilson "
+                "for one run); black ticks: the published accuracy for the published task and size.",
     "accuracy_by_width": "Accuracy against width, at each width's best learning rate: ours as solid lines (markers "
-                         "with 95% intervals over seeds, or Wilson for one run; outside the conv reach where intervened "
-                         "on), the published accuracy as dashed lines in the same colour, on a log2 width axis. One "
-                         "panel for the architectures at their published convs, one per architecture whose conv sizes "
-                         "the study varies; dotted: the comparison's thresholds.",
+                         "with 95% multi-bootstrap intervals over seeds, or Wilson for one run; outside the conv "
+                         "reach where intervened on), the published accuracy as dashed lines in the same colour, on "
+                         "a log2 width axis. One panel for the architectures at their published convs, one per architecture whose conv sizes "
+                         "the study varies; dotted: the findings' thresholds of failure and high accuracy.",
     "attribution_scatter": "One point per run. Key corrupted; the clean residual stream patched in at the read "
                            "point, at the value (y) or at the query (x). Top left: induction; bottom right: direct "
                            "retrieval. Bars: 95% bootstrap intervals; hollow: the run did not learn the task.",
@@ -109,18 +110,8 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
                "p(answer) restored (0 nothing, 1 all).",
 }
 
-WIDTHS_NOTE = ("Each width's best-learning-rate accuracy (as above, with its 95% interval: over seeds where several "
-               "ran, else Wilson) beside the published one, compared point by point by intervals: " + RULE + ".")
-
-
-def _agree(ours, theirs) -> str:
-    """agree / disagree; blank where either side has no verdict or ours did not learn the task; undecided
-    where ours is inconclusive (its intervals decide no label)."""
-    if not isinstance(theirs, str) or not isinstance(ours, str) or ours == "not learned":
-        return ""
-    if ours == "inconclusive":
-        return "undecided"
-    return "agree" if ours == theirs else "disagree"
+WIDTHS_NOTE = ("Each width's best-learning-rate accuracy (as above, with its 95% interval: the multi-bootstrap over "
+               "seeds where several ran, else Wilson) beside the published one, compared point by point: " + RULE + ".")
 
 
 def _listed(seeds: pd.Series) -> str:
@@ -142,25 +133,36 @@ INTERVALS = ("acc_outside", "acc_all", "attrib@key", "attrib@value", "attrib@que
              HELDOUT_VALUE)  # shown with a 95% interval
 
 
+def _examples_of(col: str) -> str:
+    """The column counting the examples behind an accuracy column: `acc_outside` -> `n_outside`,
+    `heldout.acc_all` -> `heldout.n_all`."""
+    split, _, name = col.rpartition(".")
+    return (f"{split}." if split else "") + name.replace("acc_", "n_", 1)
+
+
 def _interval(group: pd.DataFrame, col: str) -> tuple[float, float]:
-    """95% interval of `col` for one (architecture, width, lr): over seeds (t) where there are several,
-    else the run's own (Wilson for accuracy, bootstrap for attributions)."""
-    values = group[col].dropna().astype(float)
-    if len(values) >= 2:
-        half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / len(values) ** 0.5
-        lo, hi = values.mean() - half, values.mean() + half
-        return (max(lo, 0.0), min(hi, 1.0)) if col.startswith("acc") else (lo, hi)
-    lo, hi = f"{col}_lo", f"{col}_hi"
-    if len(values) == 1 and lo in group and group[lo].notna().any():
-        row = group.loc[values.index[0]]
-        return float(row[lo]), float(row[hi])
-    return float("nan"), float("nan")
+    """95% interval of `col` for one (architecture, width, lr): over seeds where there are several, the
+    multi-bootstrap's (`decide.multi_bootstrap`: seeds and, within each, its examples resampled; an accuracy's
+    examples from its count, an attribution's from its own interval), else the run's own (Wilson for
+    accuracy, bootstrap for attributions)."""
+    rows = group[group[col].notna()]
+    lo, hi, n = (rows[c].astype(float).tolist() if c in rows else [float("nan")] * len(rows)
+                 for c in (f"{col}_lo", f"{col}_hi", _examples_of(col)))
+    accuracy = col.startswith(("acc", "heldout.acc"))
+    if len(rows) >= 2:
+        lo_, hi_ = multi_bootstrap(rows[col].astype(float).tolist(), lo, hi, n if accuracy else None)  # an accuracy's
+        return (max(lo_, 0.0), min(hi_, 1.0)) if accuracy else (lo_, hi_)  # examples from their count where known
+    return (lo[0], hi[0]) if len(rows) == 1 else (float("nan"), float("nan"))
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
-    """Best-lr runs, one row per (arch, width[, grammar]): accuracy and attributions averaged over seeds
-    (`seeds` counts them), the most common verdict, and the published figures beside."""
-    best = df[df["best_lr"]]
+    """Best-lr runs, one row per (arch, width[, grammar]): accuracy averaged over seeds (`seeds` counts them),
+    attributions over the seeds that learned (a run that did not has no mechanism to read: its attributions are
+    noise), the most common verdict, and the published figures beside."""
+    best = df[df["best_lr"]].copy()
+    if "verdict" in best:
+        noise = [c for c in best if c.startswith(("attrib@", "window@"))]
+        best.loc[best["verdict"] == "not learned", noise] = float("nan")
     by = ["arch", "model.d_model", "optim.lr"] + ([GRAMMAR] if GRAMMAR in best else [])
     means = [c for c in MEANS if c in best]
     g = best.groupby(by, sort=False, dropna=False)
@@ -181,15 +183,16 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     out["published_acc"] = [published_accuracy(t, gr, parts.at[a, "arch_name"], parts.at[a, "arch_conv"], int(w), a)
                             for t, gr, a, w in zip(out["task"], grammar, out["arch"], out["model.d_model"])]
     out["published_verdict"] = [published_verdict(t, a) for t, a in zip(out["task"], out["arch"])]
-    out["agree"] = [_agree(o, p) for o, p in zip(out["verdict"], out["published_verdict"])]
+    out["agree"] = [compare_labels(o, p) for o, p in zip(out["verdict"], out["published_verdict"])]
     heldout = "acc_heldout" in out
     if heldout:
         pub = [published_heldout(a, int(w)) for a, w in zip(out["arch"], out["model.d_model"])]
         out["published_heldout_acc"] = [a for a, _ in pub]
         out["published_heldout_value"] = [v for _, v in pub]
         none = pd.Series(float("nan"), index=out.index)  # the held-out readout's accuracy against the study's
-        out["heldout_agree"] = [compare_accuracy(lo, hi, p) for lo, hi, p in zip(
-            out.get(f"{HELDOUT_READ_ACC}_lo", none), out.get(f"{HELDOUT_READ_ACC}_hi", none), out["published_heldout_acc"])]
+        out["heldout_agree"] = [compare_accuracy(m, lo, hi, p) for m, lo, hi, p in zip(
+            out.get(HELDOUT_READ_ACC, none), out.get(f"{HELDOUT_READ_ACC}_lo", none),
+            out.get(f"{HELDOUT_READ_ACC}_hi", none), out["published_heldout_acc"])]
     shown_grammar = [GRAMMAR] if GRAMMAR in out and out[GRAMMAR].nunique() > 1 else []
     with_ci = [x for c in shown for x in (c, f"{c}_lo", f"{c}_hi")]
     cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
@@ -494,7 +497,7 @@ def _build(study_dir: Path) -> Report:
     best = df[df["best_lr"]]
     archs = list(dict.fromkeys(df["arch"]))
     applicable = [f for f in meta.get("findings", []) if FINDINGS[f].applies(archs)]
-    findings = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in applicable]
+    findings = [(claim, o) for _, claim, o in checked(applicable, best)]
     left_out = len(meta.get("findings", [])) - len(applicable)
     evidence = conv_evidence_by_run(best)
     formed_by_arch = _formed(best, evidence)
@@ -524,20 +527,22 @@ def _build(study_dir: Path) -> Report:
     for stale in set(fig_dir.glob("*.png")) - written:  # drawn by an earlier build, not by this one
         safe_unlink(stale, study_dir)
 
-    findings_df = pd.DataFrame([{"finding": c, "status": o.status, "evidence": o.evidence} for c, o in findings])
+    findings_df = pd.DataFrame([finding_row(c, o) for c, o in findings])
     title = (f"mecheval study: {meta['preset']}" if "preset" in meta else f"mecheval runs: {study_dir.name}") + (
         f" ({meta['scale']} scale)" if "scale" in meta else "")
     meta = {**meta, "description": describe(meta, archs)}
     sections = [
         Section("Findings", "The published findings this study tests, checked on the best-learning-rate runs "
-                "(every seed), on the examples outside the conv reach." + (
+                "(every seed), on the examples outside the conv reach; a claim about accuracy and mechanism is "
+                "judged in both parts, an ATR claim per grammar; seeds: how many seeds' runs reproduce it." + (
                     f" {left_out} finding(s) about architectures not in this study are left out." if left_out else ""),
                 findings_df),
         Section("Accuracy and mechanism", "Best learning rate per architecture and width (final step). Test "
                 "accuracy is the final evaluation; accuracy outside the conv reach is on the intervention examples "
                 "whose queried pair the answer cannot reach through short convs alone (the artefact control), with "
-                "a 95% interval (over seeds where several ran, else Wilson). Mechanism and attributions (key "
-                "corrupted, clean residual patched in at the read point, 95% interval) are read on those examples; "
+                "a 95% interval (the multi-bootstrap over seeds and examples where several seeds ran, else Wilson). "
+                "Mechanism and attributions (key corrupted, clean residual patched in at the read point, 95% "
+                "interval) are read on those examples; "
                 "– where a run did not learn the task. Published figures are for the published task and sizes.",
                 for_people(summary), _fmt(summary)),
         *([Section("Accuracy against width", WIDTHS_NOTE, readable_widths(widths), widths)] if widths is not None else []),
@@ -595,4 +600,4 @@ def _build(study_dir: Path) -> Report:
                                         HOW_TO_READ, example_b64,
                                         [Section(x.head, x.note, _fmt(x.table), x.raw) for x in sections], images),
                       study_dir)
-    return Report(markdown, html, summary, overview)
+    return Report(markdown, html, summary, overview, findings)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from mecheval.interventions.metrics import accuracy_interval
 from mecheval.report import published
-from mecheval.report.findings import HIGH_ACC, POOR_ACC
+from mecheval.report.decide import published_interval
 from mecheval.report.overview import with_interval
-
-PUBLISHED_N = 320  # the study's test examples behind each published accuracy (`published`)
-COMPARISONS = ("agree", "differ", "inconclusive")
 
 
 def published_accuracy(task: str, grammar: str | None, arch: str, conv: int | str | None, width: int,
@@ -57,12 +53,6 @@ def published_heldout(label: str, width: int) -> tuple[float | None, float | Non
     return published.ATR_HELDOUT.get(label, {}).get(width), published.ATR_HELDOUT_VALUE.get(label)
 
 
-def published_interval(value: float, n: int = PUBLISHED_N) -> tuple[float, float]:
-    """The 95% Wilson interval of a published accuracy, read as round(value * n) correct of the n test
-    examples the study evaluates on."""
-    return accuracy_interval(round(value * n), n)
-
-
 def published_words(value: float | None) -> str:
     """A published accuracy with its `published_interval`, e.g. `0.96 [0.93, 0.98]`; `–` where none (None, NaN)."""
     return "–" if value is None or value != value else with_interval(value, *published_interval(value))
@@ -79,24 +69,3 @@ def heldout_cells(acc: str, published_acc: float | None, compared: str, value: s
     pub_value = "" if published_value is None or published_value != published_value else f" ({published_value:.2f})"
     return {HELDOUT_ACC_CELL: f"{acc} ({published_words(published_acc)}, {compared or '–'})",
             HELDOUT_VALUE_CELL: value + pub_value}
-
-
-def compare_accuracy(lo: float, hi: float, theirs: float | None) -> str:
-    """Our accuracy (its 95% interval [lo, hi]) against a published one, decided by intervals alone:
-
-    - `agree` where the published value lies inside our interval, or where both lie wholly on the same
-      side of a threshold: both learned (our lo and the published interval's lo >= HIGH_ACC) or both
-      failed (our hi and the published interval's hi < POOR_ACC);
-    - `differ` where the two intervals are disjoint (the published one: `published_interval`, its
-      sampling error on 320 examples), and no threshold makes them agree;
-    - `inconclusive` otherwise (the intervals overlap but ours excludes the published value), and where
-      we have no interval.
-    Blank where the study publishes no value."""
-    if theirs is None or theirs != theirs:
-        return ""
-    if lo != lo or hi != hi:
-        return "inconclusive"
-    p_lo, p_hi = published_interval(theirs)
-    if lo <= theirs <= hi or min(lo, p_lo) >= HIGH_ACC or max(hi, p_hi) < POOR_ACC:
-        return "agree"
-    return "differ" if hi < p_lo or lo > p_hi else "inconclusive"

@@ -15,7 +15,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from mecheval.interventions.plots import attrib_grid
-from mecheval.interventions.verdict import HIGH, LOW, read_point
+from mecheval.interventions.verdict import read_point
+from mecheval.report.decide import HIGH, LOW
 from mecheval.report.overview import ACCURACIES, shown_accuracy
 
 POSITIONS = ("key", "value", "query")

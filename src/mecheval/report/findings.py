@@ -1,43 +1,75 @@
 """The published findings, each checked against a study's best-learning-rate runs.
 
 A finding reads only the rows of the architectures it names (every seed); where those were not run it
-says so. Accuracy is read on the examples outside the conv reach (`acc_outside`, the artefact control)
-where the run was intervened on, else the final test accuracy. "High accuracy" is >= HIGH_ACC; "near
-chance" means not significantly above the task's chance accuracy (one-sided binomial test, 5%), so a
-model at 0.45 on 4 pairs (chance 0.25) is not near chance. Attributions as in
+says so. A claim about accuracy and mechanism is judged in two parts (`Outcome.parts`: `accuracy: not
+reproduced, mechanism: reproduced` says which half failed); the outcome is the worse part. Seeds are decided
+together, never one failing seed against the rest: an accuracy is read per cell (architecture, width,
+grammar) as the mean over its seeds with the multi-bootstrap interval (`decide.multi_bootstrap`), so seeds
+that disagree leave it inconclusive; a mechanism is read on every seed that learned (a seed that did not
+learn has no mechanism to read). `Outcome.seeds` still says how each seed reads on its own.
+An ATR claim that names no grammar is read per grammar (`Finding.check_each`), never pooled across them.
+Accuracy is read on the examples outside the conv reach (`acc_outside`, the artefact control) where the run
+was intervened on, else the final test accuracy. "High accuracy" is >= HIGH_ACC; "near chance" means not
+significantly above the task's chance accuracy (one-sided binomial test, 5%), so a model at 0.45 on 4 pairs
+(chance 0.25) is not near chance. Thresholds and decisions: `report.decide`; attributions as in
 `mecheval.interventions.verdict`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from mecheval.interventions.conv_window import best_cell
 from mecheval.interventions.metrics import above_chance
-from mecheval.interventions.verdict import FORMED, HIGH, LOW
 from mecheval.models.presets import arch_label
+from mecheval.report.compare import published_accuracy
+from mecheval.report.decide import (FORMED, HIGH, HIGH_ACC, INCONCLUSIVE, LOW, MARGIN, NOT_RUN, POOR_ACC,
+                                    REPRODUCED, VALUE_HIGH, above, all_of, below, multi_bootstrap, negate, outcome,
+                                    worst)
 from mecheval.report.overview import GRAMMAR, with_interval
 from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_accuracy, read_examples
 from mecheval.report.results import HELDOUT_VALUE
 
 # the architectures of the study's depth runs (its appendix figure): the zoo before DeltaNet joined it
 DEPTH_ZOO = ("attention", "mamba", "based", "h3", "hyena", "baseconv")
-
-HIGH_ACC = 0.8
-POOR_ACC = HIGH_ACC / 2  # "fails" / "does poorly" where the study gives no number: below half of high accuracy
-MARGIN = 0.02  # "at least as accurate": within two points of accuracy, by the paired interval (`report.paired`)
-VALUE_HIGH = 0.5  # "high attrib@value" in the ATR no-conv claim: most of the effect stored at the value
 EVAL_N = "eval.size"  # the test examples behind `acc` where a run has no intervention accuracy
+ACCURACY, MECHANISM = "accuracy", "mechanism"  # the two parts of a claim about both
 
 
 @dataclass(frozen=True)
 class Outcome:
     status: str  # "reproduced" | "not reproduced" | "inconclusive" (an interval spans the threshold, or an architecture the claim names has not run) | "not run"
     evidence: str
+    parts: dict[str, str] = field(default_factory=dict)  # part (accuracy, mechanism; or a grammar) -> its status
+    seeds: dict[int, str] = field(default_factory=dict)  # seed -> the finding's status on that seed's runs
+
+    def seed_share(self) -> str:
+        """`3 of 3 seeds`: the seeds whose runs reproduce the finding, of those read; empty where none was."""
+        if not self.seeds:
+            return ""
+        k = sum(s == REPRODUCED for s in self.seeds.values())
+        return f"{k} of {len(self.seeds)} seed{'s' if len(self.seeds) > 1 else ''}"
+
+    def parts_words(self) -> str:
+        """`accuracy: not reproduced, mechanism: reproduced`; empty for a claim of one part."""
+        return ", ".join(f"{part}: {status}" for part, status in self.parts.items())
+
+    def words(self) -> str:
+        """The status with its parts and the share of seeds: `not reproduced (accuracy: not reproduced,
+        mechanism: reproduced; 2 of 3 seeds)`."""
+        detail = "; ".join(filter(None, (self.parts_words(), self.seed_share())))
+        return self.status + (f" ({detail})" if detail else "")
+
+
+def _grammars(df: pd.DataFrame) -> pd.Series:
+    """Each row's ATR grammar (easy, the task's default, where its config names none); None outside ATR."""
+    grammar = df[GRAMMAR] if GRAMMAR in df else pd.Series(None, index=df.index, dtype=object)
+    atr = df["task.name"] == "atr" if "task.name" in df else pd.Series(grammar.notna().any(), index=df.index)
+    return grammar.where(grammar.notna(), "easy").where(atr, None)
 
 
 @dataclass(frozen=True)
@@ -50,21 +82,43 @@ class Finding:
     grammar: str | None = None  # an ATR claim about one grammar reads only that grammar's runs
     where_learned: bool = False  # a claim of high accuracy: it reads the runs where the study's own is high
 
+    def check_each(self, df: pd.DataFrame) -> dict[str, Outcome]:
+        """grammar -> the outcome on that ATR grammar's best-learning-rate runs (`check_rows`), for each grammar the
+        runs of the claim's architectures are on, where the claim names none; else {"": the outcome}."""
+        grammars = _grammars(df)
+        named = df[df["arch"].isin(self.archs)] if self.archs else df
+        spans = [] if self.grammar else sorted(grammars[named.index].dropna().unique())
+        if not spans:
+            return {"": self.check_rows(df)}
+        return {g: self.check_rows(df[grammars == g]) for g in spans}
+
     def check(self, df: pd.DataFrame) -> Outcome:
+        """The outcome over every grammar `check_each` reads apart: the worst of them, each grammar where the
+        finding ran a part (its words: status, parts and seeds)."""
+        each = self.check_each(df)
+        ran = {g: o for g, o in each.items() if o.status != NOT_RUN}
+        if len(each) == 1 or not ran:
+            return next(iter(each.values()))
+        each = ran
+        evidence = "; ".join(f"on {g}: {o.evidence}" for g, o in each.items())
+        return Outcome(worst(o.status for o in each.values()), evidence, {f"on {g}": o.words() for g, o in each.items()})
+
+    def check_rows(self, df: pd.DataFrame) -> Outcome:
         """The outcome on the best-learning-rate runs `df` (those of `grammar` where the claim names one; where
         the claim is one of high accuracy, those at widths where the published accuracy is high too)."""
-        if self.grammar and GRAMMAR in df:
-            df = df[df[GRAMMAR].isna() | (df[GRAMMAR] == self.grammar)]  # no grammar: the task's default, easy
+        if self.grammar:
+            df = df[_grammars(df).isin([self.grammar, None])]  # no grammar: not ATR, or the task's default, easy
         if not self.where_learned:
             return self.test(df)
         high = df.apply(_published_high, axis=1).astype(bool) if len(df) else pd.Series(dtype=bool)
         left = sorted({f"{r['arch']} at d = {int(r['model.d_model'])}" for _, r in df[~high].iterrows()
                        if r["arch"] in self.archs})
-        outcome = self.test(df[high])
+        result = self.test(df[high])
         if not left:
-            return outcome
+            return result
         note = f"left out, the published accuracy there being below {HIGH_ACC:g}: {', '.join(left)}"
-        return Outcome(outcome.status, f"{outcome.evidence}; {note}" if outcome.status != "not run" else note)
+        return Outcome(result.status, f"{result.evidence}; {note}" if result.status != NOT_RUN else note,
+                       result.parts, result.seeds)
 
     def applies(self, ran: list[str]) -> bool:
         """Does the finding concern the architectures that ran (any of its own; all, for a comparison)?"""
@@ -75,8 +129,6 @@ class Finding:
 def _published_high(row: pd.Series) -> bool:
     """Is the published accuracy of the run's architecture at its width high (>= HIGH_ACC)? True where the
     study publishes none, or the row does not say its task and width."""
-    from mecheval.report.compare import published_accuracy  # compare reads this module's thresholds
-
     if not {"task.name", "model.d_model", "arch_name"} <= set(row.index):
         return True
     grammar, conv = row.get(GRAMMAR), row.get("arch_conv")
@@ -114,60 +166,124 @@ def _describe(row: pd.Series) -> str:
     return ", ".join(parts)
 
 
-def _each(archs: list[str], test: Callable[[pd.Series], bool | None],
+Test = Callable[[pd.Series], bool | None]  # one run against a claim (or one part of it): None where undecided
+
+
+def _seed(row: pd.Series) -> int:
+    seed = row.get("seed", 0)
+    return 0 if seed is None or seed != seed else int(seed)
+
+
+def _by_seed(rows: pd.DataFrame, results: list[bool | None], archs: list[str]) -> dict[int, str]:
+    """seed -> the outcome on that seed's runs; inconclusive where an architecture the claim names has no run
+    of that seed."""
+    seeds = [_seed(r) for _, r in rows.iterrows()]
+    out = {}
+    for seed in sorted(set(seeds)):
+        ran = set(rows["arch"][[s == seed for s in seeds]])
+        mine = [x for x, s in zip(results, seeds) if s == seed] + ([None] if set(archs) - ran else [])
+        out[seed] = outcome(mine)
+    return out
+
+
+def _each(archs: list[str], tests: dict[str, Test],
           describe: Callable[[pd.Series], str] = _describe) -> Callable[[pd.DataFrame], Outcome]:
-    """Reproduced where every named architecture ran and each of its runs passes `test`; not reproduced
-    where one run decidedly fails; inconclusive where none fails but one is undecided (`test` gives None: an
-    interval straddles a threshold) or a named architecture did not run (the claim is about all of them).
-    The evidence counts the runs of each kind, `describe`s each, and names the architectures that did not run."""
+    """Reproduced where every named architecture ran and each of its runs passes every part of `tests`; not
+    reproduced where one run decidedly fails one; inconclusive where none fails but one is undecided (a test
+    gives None: an interval straddles a threshold) or a named architecture did not run (the claim is about
+    all of them). Each part's own outcome where there are several (`Outcome.parts`), and each seed's. The
+    evidence counts the runs of each kind, `describe`s each, and names the architectures that did not run."""
 
     def check(df: pd.DataFrame) -> Outcome:
         rows = df[df["arch"].isin(archs)]
         if rows.empty:
-            return Outcome("not run", f"no runs of {', '.join(archs)}")
-        results = [test(r) for _, r in rows.iterrows()]
+            return Outcome(NOT_RUN, f"no runs of {', '.join(archs)}")
+        results = [all_of(test(r) for test in tests.values()) for _, r in rows.iterrows()]  # each run on its own
         missing = [a for a in archs if a not in set(rows["arch"])]
-        evidence = _tally(results) + "; ".join(describe(r) for _, r in rows.iterrows())
+        undecided = [None] if missing else []  # an architecture the claim names that did not run decides nothing
+        by_part = {part: _over_seeds(test, rows) + undecided for part, test in tests.items()}
+        evidence = _tally(results) + "; ".join(describe(r) for _, r in rows.iterrows()) + _pooled_words(rows)
         if missing:
             evidence += f"; not run: {', '.join(missing)}"
-        undecided = [None] if missing else []  # an architecture the claim names that did not run decides nothing
-        return Outcome(_status(results + undecided), evidence)
+        parts = {part: outcome(r) for part, r in by_part.items()} if len(tests) > 1 else {}
+        return Outcome(worst(outcome(r) for r in by_part.values()), evidence, parts, _by_seed(rows, results, archs))
 
     return check
 
 
-def _status(results: list[bool | None]) -> str:
-    """Not reproduced where one run decidedly fails, inconclusive where none fails but one is undecided."""
-    return "not reproduced" if False in results else "inconclusive" if None in results else "reproduced"
+def pooled(test: Test) -> Test:
+    """`test` as a claim about accuracy: `_each` reads it once per cell on the seeds pooled (`_pool`)."""
+    def on_pooled(row: pd.Series) -> bool | None:
+        return test(row)
+
+    on_pooled.pooled = True
+    return on_pooled
+
+
+def _cells(rows: pd.DataFrame) -> list[pd.DataFrame]:
+    """The runs of each cell (architecture, width, grammar): the seeds of one configuration."""
+    keys = [k for k in ("arch", "model.d_model", GRAMMAR) if k in rows]
+    return [cell for _, cell in rows.groupby([rows[k].astype(str) for k in keys], sort=False)]
+
+
+def _over_seeds(test: Test, rows: pd.DataFrame) -> list[bool | None]:
+    """A test's decisions over seeds: an accuracy test (`pooled`) once per cell on its pooled seeds; any other
+    on each run that learned (none learned: undecided)."""
+    if getattr(test, "pooled", False):
+        return [test(_pool(cell)) for cell in _cells(rows)]
+    learned = [test(r) for _, r in rows.iterrows() if r.get("verdict") != "not learned"]
+    return learned or [None]
+
+
+ACC_READS = (("acc_outside", "n_outside"), ("acc_all", "n_all"))  # the accuracies a run's row may hold
+
+
+def _pool(cell: pd.DataFrame) -> pd.Series:
+    """One row for the seeds of a cell: each accuracy (`ACC_READS`, and `acc`) the mean over seeds, with the
+    multi-bootstrap interval where every seed has one, its example counts summed."""
+    row = cell.iloc[0].copy()
+    if len(cell) == 1:
+        return row
+    for name, n in ACC_READS:
+        if {name, f"{name}_lo", f"{name}_hi", n} <= set(cell) and cell[[name, f"{name}_lo", n]].notna().all(axis=None):
+            row[name] = cell[name].mean()
+            row[f"{name}_lo"], row[f"{name}_hi"] = multi_bootstrap(
+                list(cell[name]), list(cell[f"{name}_lo"]), list(cell[f"{name}_hi"]), list(cell[n]))
+            row[n] = int(cell[n].sum())
+    row["acc"] = cell["acc"].mean()
+    return row
+
+
+def _pooled_words(rows: pd.DataFrame) -> str:
+    """The pooled accuracy of each cell with several seeds, in words (empty where none has)."""
+    words = []
+    for cell in _cells(rows):
+        if len(cell) > 1:
+            row, (name, _) = _pool(cell), next((a for a in ACC_READS if a[0] in cell), ("acc", None))
+            lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
+            shown = with_interval(row[name], lo, hi) if lo == lo and lo is not None else f"{row[name]:.2f}"
+            words.append(f"{row['arch']} d={row['model.d_model']}{_on(row)} over {len(cell)} seeds: acc {shown}")
+    return "; " + "; ".join(words) if words else ""
 
 
 def _tally(results: list[bool | None]) -> str:
     return f"{results.count(True)} of {len(results)} runs pass, {results.count(None)} undecided: "
 
 
-def _ci_vs(row: pd.Series, col: str, t: float, above: bool) -> bool | None:
-    """`col` >= t (above) or < t (not above), decided by its 95% interval (`col`_lo, `col`_hi); None where
-    the interval straddles t or the run has no such reading."""
+def _ci_vs(row: pd.Series, col: str, t: float, above_t: bool) -> bool | None:
+    """`col` >= t (above_t) or < t (not above_t), decided by its 95% interval (`col`_lo, `col`_hi: `decide.above`);
+    None where the interval straddles t or the run has no such reading."""
     lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
-    if lo is None or hi is None or lo != lo or hi != hi:
-        return None
-    decided = True if lo >= t else False if hi < t else None
-    return decided if above or decided is None else not decided
+    return above(lo, hi, t) if above_t else below(lo, hi, t)
 
 
-def each(id: str, claim: str, archs: list[str], test: Callable[[pd.Series], bool | None],
+def each(id: str, claim: str, archs: list[str], test: Test | dict[str, Test],
          describe: Callable[[pd.Series], str] = _describe, grammar: str | None = None,
          where_learned: bool = False) -> Finding:
-    """A finding about every run of `archs` (`_each`)."""
-    return Finding(id, claim, _each(archs, test, describe), tuple(archs), grammar=grammar, where_learned=where_learned)
-
-
-def _not(a: bool | None) -> bool | None:
-    return None if a is None else not a
-
-
-def _and(a: bool | None, b: bool | None) -> bool | None:
-    return False if False in (a, b) else None if None in (a, b) else True
+    """A finding about every run of `archs` (`_each`): `test` one run's, or part -> its test for a claim of
+    several parts (ACCURACY, MECHANISM)."""
+    tests = test if isinstance(test, dict) else {"": test}
+    return Finding(id, claim, _each(archs, tests, describe), tuple(archs), grammar=grammar, where_learned=where_learned)
 
 
 def _near_chance(row: pd.Series) -> bool:
@@ -177,12 +293,11 @@ def _near_chance(row: pd.Series) -> bool:
 
 def _acc_at_least(row: pd.Series, t: float) -> bool | None:
     """Accuracy >= t, decided by its Wilson interval where the run has one (else its point estimate)."""
-    acc, _ = _accuracy(row)
     for name in ("acc_outside", "acc_all"):
-        lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
-        if row.get(name) is not None and row.get(name) == row.get(name) and lo == lo and lo is not None:
-            return True if lo >= t else False if hi < t else None
-    return acc >= t
+        value, lo = row.get(name), row.get(f"{name}_lo")
+        if value is not None and value == value and lo is not None and lo == lo:
+            return above(lo, row.get(f"{name}_hi"), t)
+    return _accuracy(row)[0] >= t
 
 
 def _high(row: pd.Series) -> bool | None:
@@ -191,21 +306,20 @@ def _high(row: pd.Series) -> bool | None:
 
 def _low(row: pd.Series) -> bool | None:
     """Accuracy < POOR_ACC ("fails", "does poorly"), decided by its interval."""
-    return _not(_acc_at_least(row, POOR_ACC))
+    return negate(_acc_at_least(row, POOR_ACC))
 
 
-def _label(row: pd.Series, label: str) -> bool | None:
+def _label(label: str) -> Test:
     """The run's verdict is `label` (None where it is inconclusive)."""
-    verdict = row.get("verdict")
-    return None if verdict == "inconclusive" else verdict == label
+    def test(row: pd.Series) -> bool | None:
+        verdict = row.get("verdict")
+        return None if verdict == INCONCLUSIVE else verdict == label
+    return test
 
 
-def _induction(row: pd.Series) -> bool | None:
-    return _and(_high(row), _label(row, "induction"))
-
-
-def _direct(row: pd.Series) -> bool | None:
-    return _and(_high(row), _label(row, "direct retrieval"))
+def _learned_by(label: str) -> dict[str, Test]:
+    """A claim of high accuracy by a mechanism, in its two parts: accuracy high, the verdict `label`."""
+    return {ACCURACY: pooled(_high), MECHANISM: _label(label)}
 
 
 def conv_evidence(run_dir: str) -> dict | None:
@@ -229,29 +343,27 @@ def _conv_forms(df: pd.DataFrame) -> Outcome:
     rows = df[(df["arch"] == "mamba") & df["verdict"].notna()]
     rows = rows[rows["verdict"] != "not learned"]
     if rows.empty:
-        return Outcome("not run", "no learned, intervened mamba runs")
-    statuses, evidence = set(), []
+        return Outcome(NOT_RUN, "no learned, intervened mamba runs")
+    results, evidence = [], []
     for _, r in rows.iterrows():
         e = conv_evidence(r["run_dir"])
         if e is None:
-            return Outcome("not run", f"no conv-window analysis in {r['run_dir']}")
-        statuses.add(_conv_status(e, float(r["chance"])))
+            return Outcome(NOT_RUN, f"no conv-window analysis in {r['run_dir']}")
+        results.append(_conv_formed(e, float(r["chance"])))
         evidence.append(
             f"seed {r['seed']}: conv_out L{e['layer']} key+{e['offset']} restores "
             f"{with_interval(e['attrib'], e['lo'], e['hi'])}; L{e['layer']} taps of lag >= 1 zeroed: acc {e['acc']:.2f} -> "
             f"{e['cut_acc']:.2f} (n={e['cut_n']}, chance {float(r['chance']):.2f})"
         )
-    status = next(s for s in ("not reproduced", "inconclusive", "reproduced") if s in statuses)
-    return Outcome(status, "; ".join(evidence))
+    return Outcome(outcome(results), "; ".join(evidence), seeds=_by_seed(rows, results, ["mamba"]))
 
 
-def _conv_status(e: dict, chance: float) -> str:
+def _conv_formed(e: dict, chance: float) -> bool | None:
     """One run's conv cell against the claim: the taps cut must leave accuracy near chance, and the cell's
-    95% interval must clear FORMED (reproduced), fall below it (not reproduced) or span it (inconclusive:
-    a point estimate of 0.48 or 0.52 on ~250 examples does not decide which side the cell is on)."""
-    if above_chance(round(e["cut_acc"] * e["cut_n"]), e["cut_n"], chance) or e["hi"] < FORMED:
-        return "not reproduced"
-    return "reproduced" if e["lo"] >= FORMED else "inconclusive"
+    95% interval must clear FORMED (True), fall below it (False) or span it (None: a point estimate of 0.48
+    or 0.52 on ~250 examples does not decide which side the cell is on)."""
+    cut_near_chance = not above_chance(round(e["cut_acc"] * e["cut_n"]), e["cut_n"], chance)
+    return all_of([cut_near_chance, above(e["lo"], e["hi"], FORMED)])
 
 
 def seed_pairs(a: pd.DataFrame, b: pd.DataFrame) -> list[tuple[pd.Series, pd.Series]]:
@@ -270,22 +382,24 @@ def _mamba_vs_attention(df: pd.DataFrame) -> Outcome:
     pairs = [(g, m, a) for g in sorted(grammar.unique())
              for m, a in seed_pairs(_rows(df[grammar == g], "mamba"), _rows(df[grammar == g], "attention"))]
     if not pairs:
-        return Outcome("not run", "needs runs of mamba and attention on the same grammar")
+        return Outcome(NOT_RUN, "needs runs of mamba and attention on the same grammar")
     results, evidence = [], []
     for g, m, a in pairs:
         tables = read_examples(m["run_dir"]), read_examples(a["run_dir"])
         if any(t is None for t in tables):
-            return Outcome("not run", f"no per-example readout ({EXAMPLES}) in {m['run_dir']} or {a['run_dir']}: "
+            return Outcome(NOT_RUN, f"no per-example readout ({EXAMPLES}) in {m['run_dir']} or {a['run_dir']}: "
                            "`mecheval intervene` writes it")
         try:
             table = paired_accuracy(*tables)
         except ValueError as e:
-            return Outcome("not run", f"{m['run_dir']} and {a['run_dir']}: {e}")
-        results.append(_and(*(at_least_as_accurate(r, MARGIN) for _, r in table.iterrows())))
+            return Outcome(NOT_RUN, f"{m['run_dir']} and {a['run_dir']}: {e}")
+        results.append(all_of(at_least_as_accurate(r, MARGIN) for _, r in table.iterrows()))
         evidence.append(f"{g} seed {m.get('seed', 0)}/{a.get('seed', 0)}: " + ", ".join(
             f"{r['subset']} (n={r['n']}) mamba {r['acc_a']:.2f} vs attention {r['acc_b']:.2f}, "
             f"difference {r['diff']:+.2f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]" for _, r in table.iterrows()))
-    return Outcome(_status(results), _tally(results) + "; ".join(evidence))
+    seeds = [_seed(m) for _, m, _ in pairs]
+    by_seed = {s: outcome(x for x, t in zip(results, seeds) if t == s) for s in sorted(set(seeds))}
+    return Outcome(outcome(results), _tally(results) + "; ".join(evidence), seeds=by_seed)
 
 
 STORES_AT_VALUE, RETRIEVES = ("attention", "based"), ("mamba", "h3", "hyena")  # the ATR storage claim's two sides
@@ -295,7 +409,7 @@ def _storage(col: str = "attrib@value") -> Callable[[pd.Series], bool | None]:
     """The storage claim's test of a run: `col` (attrib@value, or that on another split) high (>= HIGH) for
     attention and Based, low (< LOW) for Mamba, H3 and Hyena, decided by its 95% interval."""
     def test(row: pd.Series) -> bool | None:
-        return _ci_vs(row, col, HIGH, above=True) if row["arch"] in STORES_AT_VALUE else _ci_vs(row, col, LOW, above=False)
+        return _ci_vs(row, col, HIGH, True) if row["arch"] in STORES_AT_VALUE else _ci_vs(row, col, LOW, False)
     return test
 
 
@@ -307,38 +421,53 @@ def _describe_value(col: str = "attrib@value", label: str = "@value") -> Callabl
     return describe
 
 
+def _describe_twist(row: pd.Series) -> str:
+    """The ATR twist as measured: accuracy, the shares at the value and at the query with their intervals, and
+    the project's own label beside the published criterion (@value >= VALUE_HIGH)."""
+    shares = ", ".join(f"{label} {with_interval(row.get(col), row.get(f'{col}_lo'), row.get(f'{col}_hi'))}"
+                       for label, col in (("@value", "attrib@value"), ("@query", "attrib@query")))
+    criterion = {True: "met", False: "not met", None: "undecided"}[_ci_vs(row, "attrib@value", VALUE_HIGH, True)]
+    acc, n = _accuracy(row)
+    return (f"{row['arch']} seed {_seed(row)}{_on(row)}: acc {acc:.2f} (n={n}), {shares}; our label: "
+            f"{row.get('verdict') if isinstance(row.get('verdict'), str) else 'none'}, published criterion "
+            f"@value >= {VALUE_HIGH:g}: {criterion}")
+
+
 FINDINGS: dict[str, Finding] = {
     f.id: f
     for f in [
-        each("attention_induction", "Attention reaches high AR accuracy by induction (attrib@value ≈ 1).", ["attention"], _induction, where_learned=True),
-        each("based_induction", "Based reaches high AR accuracy by induction (attrib@value ≈ 1).", ["based"], _induction, where_learned=True),
-        each("mamba_direct", "Mamba (d_conv 4) reaches high AR accuracy by direct retrieval (attrib@value ≈ 0).", ["mamba"], _direct, where_learned=True),
+        each("attention_induction", "Attention reaches high AR accuracy by induction (attrib@value ≈ 1).", ["attention"],
+             _learned_by("induction"), where_learned=True),
+        each("based_induction", "Based reaches high AR accuracy by induction (attrib@value ≈ 1).", ["based"],
+             _learned_by("induction"), where_learned=True),
+        each("mamba_direct", "Mamba (d_conv 4) reaches high AR accuracy by direct retrieval (attrib@value ≈ 0).", ["mamba"],
+             _learned_by("direct retrieval"), where_learned=True),
         Finding("mamba_conv_forms", "Mamba (d_conv 4) forms the key–value association in its short convolution "
                 "(\"Mamba does implement induction … via short convolutions\"): patching one conv output after "
                 "the key restores >= 0.5, and zeroing that layer's conv taps of lag >= 1 leaves accuracy at chance.",
                 _conv_forms, ("mamba",), where_learned=True),
         each("mamba_noconv_fails", "Mamba without its short convolution (d_conv 0) fails AR (accuracy near chance).",
-             ["mamba (d_conv 0)"], _near_chance),
+             ["mamba (d_conv 0)"], pooled(_near_chance)),
         each("mamba_conv1_fails", "Mamba with d_conv 1 (a conv without lagged taps) fails AR (accuracy near chance).",
-             ["mamba (d_conv 1)"], _near_chance),
+             ["mamba (d_conv 1)"], pooled(_near_chance)),
         each("based_long_fails", "Based with a long convolution in place of its short one fails AR.",
-             ["based (d_conv long)"], _near_chance),
-        each("h3_hyena_poor", f"H3 and Hyena do poorly on AR (accuracy < {POOR_ACC:g}).", ["h3", "hyena"], _low),
+             ["based (d_conv long)"], pooled(_near_chance)),
+        each("h3_hyena_poor", f"H3 and Hyena do poorly on AR (accuracy < {POOR_ACC:g}).", ["h3", "hyena"], pooled(_low)),
         each("one_layer_fails", f"With 1 layer every architecture of the published depth runs but Mamba (attention, "
              f"Based, H3, Hyena, BaseConv) fails AR (accuracy < {POOR_ACC:g}; attention <= .09 at every width).",
-             [arch_label(a, None, 1) for a in DEPTH_ZOO if a != "mamba"], _low),
+             [arch_label(a, None, 1) for a in DEPTH_ZOO if a != "mamba"], pooled(_low)),
         each("one_layer_mamba", "With 1 layer Mamba still reaches high AR accuracy (.83 at d = 64).",
-             [arch_label("mamba", None, 1)], _high, where_learned=True),
+             [arch_label("mamba", None, 1)], pooled(_high), where_learned=True),
         each("three_layers_learn", "With 3 layers attention and Based reach high AR accuracy (1.0 and .99).",
-             [arch_label(a, None, 3) for a in ("attention", "based")], _high, where_learned=True),
+             [arch_label(a, None, 3) for a in ("attention", "based")], pooled(_high), where_learned=True),
         each("attention_needs_positions", f"Attention without position embeddings fails AR (accuracy < {POOR_ACC:g}; "
-             "published <= .09).", [arch_label("attention", None, positions="none")], _low),
+             "published <= .09).", [arch_label("attention", None, positions="none")], pooled(_low)),
         each("based_with_positions", "Based with position embeddings still reaches high AR accuracy (.91).",
-             [arch_label("based", None, positions="learned")], _high, where_learned=True),
+             [arch_label("based", None, positions="learned")], pooled(_high), where_learned=True),
         each("atr_one_layer_convs", "On ATR easy with 1 layer, Based and BaseConv stay below high accuracy (≈ .51).",
-             [arch_label(a, None, 1) for a in ("based", "baseconv")], lambda r: _not(_high(r)), grammar="easy"),
+             [arch_label(a, None, 1) for a in ("based", "baseconv")], pooled(lambda r: negate(_high(r))), grammar="easy"),
         each("atr_one_layer_mamba", "On ATR easy with 1 layer, Mamba reaches high accuracy (.85–.94).",
-             [arch_label("mamba", None, 1)], _high, grammar="easy"),
+             [arch_label("mamba", None, 1)], pooled(_high), grammar="easy"),
         Finding("atr_mamba_vs_attention", "On ATR, Mamba is at least as accurate as attention on each grammar "
                 f"both ran (within {MARGIN}, on the same examples: all, and those outside both conv reaches).",
                 _mamba_vs_attention, ("mamba", "attention"), needs_all=True),
@@ -348,8 +477,29 @@ FINDINGS: dict[str, Finding] = {
              "association at the value (attrib@value high; published 1.22 and .87); Mamba, H3 and Hyena do not (≈ 0).",
              [*STORES_AT_VALUE, *RETRIEVES], _storage(HELDOUT_VALUE), _describe_value(HELDOUT_VALUE, "held-out @value"),
              grammar="easy"),
-        each("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR (high "
-             "attrib@value: accuracy >= 0.8 and attrib@value >= 0.5, each by its 95% interval).", ["mamba (d_conv 0)"],
-             lambda r: _and(_high(r), _ci_vs(r, "attrib@value", VALUE_HIGH, above=True))),
+        each("atr_mamba_noconv_induction", "Without its short convolution, Mamba learns induction on ATR, by the "
+             f"published criterion: accuracy >= {HIGH_ACC:g} and attrib@value >= {VALUE_HIGH:g}, each by its 95% "
+             "interval (weaker than this project's `induction` label, which each run's evidence names beside it).",
+             ["mamba (d_conv 0)"], {ACCURACY: pooled(_high), MECHANISM: lambda r: _ci_vs(r, "attrib@value", VALUE_HIGH, True)},
+             _describe_twist),
     ]
 }
+
+
+def claim_on(claim: str, grammar: str) -> str:
+    """The claim as read on one ATR grammar: `… (on GRAMMAR).`; the claim itself where `grammar` is empty."""
+    return f"{claim.removesuffix('.')} (on {grammar})." if grammar else claim
+
+
+def checked(fids: list[str], best: pd.DataFrame) -> list[tuple[str, str, Outcome]]:
+    """(id, claim, outcome) of each finding `fids` on the best-learning-rate runs `best`, one per ATR grammar
+    where it is read per grammar (`Finding.check_each`, `claim_on`)."""
+    return [(f, claim_on(FINDINGS[f].claim, g), o) for f in fids for g, o in FINDINGS[f].check_each(best).items()]
+
+
+def finding_row(claim: str, o: Outcome) -> dict[str, str]:
+    """A finding for people: the claim, our outcome, its parts (accuracy, mechanism), the share of seeds that
+    reproduce it and the evidence (`–` where a cell has nothing)."""
+    return {"published finding": claim, "ours": o.status, "parts": o.parts_words() or "–",
+            "seeds": o.seed_share() or "–", "evidence": o.evidence}
+

@@ -11,6 +11,8 @@ import jinja2
 from markupsafe import Markup, escape
 import pandas as pd
 
+from mecheval.report.decide import COMPARISONS, NOT_REPRODUCED, REPRODUCED
+
 TEMPLATE = jinja2.Environment(autoescape=True).from_string(  # every string from a file is escaped
     """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
@@ -20,7 +22,7 @@ h1 { margin: 0 0 0.3em; font-size: 1.7em; } h2 { margin-top: 1.6em; }
 table { border-collapse: collapse; font-size: 13px; margin: 0.5em 0 1.2em; width: 100%; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
 th { background: #f3f3f3; } td.num { text-align: right; white-space: nowrap; }
-td.agree, td.reproduced { background: #e3f6e3; } td.disagree, td.not-reproduced { background: #fbe3e3; }
+td.agree, td.reproduced { background: #e3f6e3; } td.differ, td.not-reproduced { background: #fbe3e3; }
 td.inconclusive { background: #fbf3d9; }
 #summary { background: #f7f9fc; border: 1px solid #dde3ee; padding: 0.2em 1em; }
 #summary h2 { margin-top: 0.6em; }
@@ -67,7 +69,7 @@ window.addEventListener("load", () => {
 
 
 def table_html(table: pd.DataFrame) -> Markup:
-    """A table with agree/disagree and reproduced/inconclusive/not-reproduced cells classed for colour;
+    """A table with agree/differ and reproduced/inconclusive/not-reproduced cells classed for colour;
     every header and cell escaped; one wider than the page scrolls in its own box."""
     if table.empty:
         return Markup("<p>(none)</p>")
@@ -76,7 +78,7 @@ def table_html(table: pd.DataFrame) -> Markup:
         cells = []
         for v in r:
             text = str(v)
-            cls = text.replace(" ", "-") if text in ("agree", "disagree", "reproduced", "not reproduced", "inconclusive") else (
+            cls = text.replace(" ", "-") if text in (*COMPARISONS, REPRODUCED, NOT_REPRODUCED) else (
                 "num" if _is_number(text) else "")
             cells.append(f'<td class="{cls}">{escape(text)}</td>' if cls else f"<td>{escape(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mecheval.interventions.verdict import FORMED
+from mecheval.report.decide import AGREE, DIFFER, FORMED, above
 
 GRAMMAR = "task.params.grammar"
 
@@ -82,7 +82,7 @@ def verdict_words(row: pd.Series) -> str:
 def formed_words(row: pd.Series, formed: dict | None) -> str:
     """`key and value meet in layer 1's short conv (...)` where the conv-window analysis found the cell and
     its 95% interval reaches FORMED (a cell at 0.48 [0.42, 0.53] is not evidence against it)."""
-    if formed is None or row["verdict"] in (None, "not learned") or formed["hi"] < FORMED:
+    if formed is None or row["verdict"] in (None, "not learned") or above(formed["lo"], formed["hi"], FORMED) is False:
         return ""
     return (f"key and value meet in layer {formed['layer']}'s short conv (its output at key+{formed['offset']} "
             f"restores {formed['attrib']:.2f} [{formed['lo']:.2f}, {formed['hi']:.2f}]; without that layer's "
@@ -139,7 +139,7 @@ def overview_text(summary: pd.DataFrame, formed: dict[str, dict], findings: list
     """
     parts = [f"{len(summary)} architecture{'s' if len(summary) > 1 else ''} ({resting_on(summary)})."]
     for _, r in summary.iterrows():
-        agree = {"agree": ", as published", "disagree": f", published: {r['published_verdict']}"}.get(r["agree"], "")
+        agree = {AGREE: ", as published", DIFFER: f", published: {r['published_verdict']}"}.get(r["agree"], "")
         where = formed_words(r, formed.get(r["arch"]))
         parts.append(f"{_label(r, summary)}: {verdict_words(r)}{agree}; accuracy {accuracy_words(r)}"
                      + (f"; {where}." if where else "."))

@@ -23,6 +23,14 @@ KINDs:
                 the box figure of @key / @value / @query with the published medians, and accuracy against
                 width where the pool spans widths (docs/figures/pooled/NAME.csv and .png, NAME-widths.*)
 
+    rates       every published-scale cell at every learning rate tried (`rates.py`: the figure, from
+                docs/figures/rates.csv, and how many cells have their best rate bracketed)
+    coverage    the published accuracy cells: how many we compared, with how many rates and seeds, and the
+                strict comparisons counted (`rates.coverage_summary`)
+    prompts     per study, the share of test prompts seen in training, and accuracy on all prompts beside
+                accuracy on the unseen ones the readouts read (verdict.json)
+    pointers    every learned run whose query carries part of the effect, with its pointer control
+
 Studies are selected by `study=DIR`, or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
 `write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv, per
 study spanning several widths docs/figures/widths/SCALE-NAME.csv, per pool docs/figures/pooled/NAME*.csv);
@@ -45,14 +53,15 @@ from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_run, formation_table, state_table,
                                    study_findings, summarise)
-from mecheval.report.compare import (compare_accuracy, heldout_cells, published_accuracy, published_heldout,
-                                     published_verdict)
-from mecheval.report.findings import FINDINGS, conv_evidence
+from mecheval.report.compare import heldout_cells, published_accuracy, published_heldout, published_verdict
+from mecheval.report.decide import NOT_RUN, RULE, compare_accuracy
+from mecheval.report.findings import FINDINGS, Outcome, checked, conv_evidence, finding_row
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
-from mecheval.report.pooled import STUDY, attribution_runs, pooled_summary, pooled_table, published_medians
+from mecheval.report.rates import committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
+from mecheval.report.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.report.timelines import formation_steps, timeline_table
-from mecheval.report.widths import RULE, readable_widths, spans_widths, width_table
+from mecheval.report.widths import readable_widths, spans_widths, width_table
 from mecheval.study.command import rebuilds_spec, study_command
 from mecheval.sweeps.runner import RUNS, SPEC
 from mecheval.sweeps.spec import load_sweep, run_overrides
@@ -62,11 +71,14 @@ RESULTS = "results"
 EARLIER_RULES = "†"  # marks a verdict.json decided by rules older than the current ones
 EARLIER_NOTE = ("decided by earlier rules (point estimates, not intervals); `mecheval relabel STUDY_DIR` decides "
                 "a study's verdicts anew from its committed tables.")
-NOT_RUN = "not run"  # a finding's outcome where the study has no runs of the architectures it names
 FIGURE_DIR = Path("docs/figures")
 FIGURE_DATA = FIGURE_DIR / "study.csv"  # the study figure's numbers: checked like a page
 FIGURE_PNG = FIGURE_DIR / "study.png"
 WIDTH_DIR = FIGURE_DIR / "widths"  # per study spanning several widths: SCALE-NAME.csv (checked like a page) and .png
+RATES_DATA, RATES_PNG = FIGURE_DIR / "rates.csv", FIGURE_DIR / "rates.png"  # the `rates` block's figure
+# published-scale studies of other builds and protocols (Mamba's initialisations, attention's data protocols):
+# not cells of the published tables, so left out of the rates and the coverage
+EXPLORATIONS = ("paper-d64/mamba-published", "paper-d64/attention-protocol")
 POOL_DIR = FIGURE_DIR / "pooled"  # per `pooled` block: NAME.csv (the box figure's runs) and NAME-widths.csv, with .png
 
 
@@ -87,8 +99,9 @@ def studies(root: Path) -> list[Path]:
 
 
 @functools.lru_cache(maxsize=None)
-def _table(path: str, every_run: bool) -> pd.DataFrame:
-    return study_table(path, every_run=every_run)
+def _table(path: str) -> pd.DataFrame:
+    """The study's `study_table` of every run under its runs/, whether its latest sweep.yaml names it or not."""
+    return study_table(path, every_run=True)
 
 
 def _meta(study: Path) -> dict:
@@ -97,7 +110,7 @@ def _meta(study: Path) -> dict:
 
 
 def _task(study: Path) -> str:
-    return str(_table(str(study), True)["task.name"].iloc[0])
+    return str(_table(str(study))["task.name"].iloc[0])
 
 
 def _spec(text: str, page: Path) -> tuple[str, dict[str, str]]:
@@ -159,21 +172,20 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]
     checks it, on its best-learning-rate runs as its report reads them, then per pooled block of the pages
     (its studies read as one, every seed at the pool's best rate): our outcome, the seeds, the intervention
     examples per run, the scale and a link (one line each)."""
-    checks: dict[str, list[dict]] = {}
+    checks: dict[tuple[int, str], list[dict]] = {}  # (the finding's place in FINDINGS, claim) -> a line per check
 
     def check(fids: list[str], best: pd.DataFrame, scale: str, link: str) -> None:
-        for fid in fids:
-            outcome = FINDINGS[fid].check(best)
+        stale = any(not verdict_is_current(Path(d)) for d in best["run_dir"] if (Path(d) / "verdict.json").exists())
+        for fid, claim, outcome in checked(fids, best):
             if outcome.status != NOT_RUN:
-                stale = any(not verdict_is_current(Path(d)) for d in best["run_dir"] if (Path(d) / "verdict.json").exists())
-                checks.setdefault(fid, []).append({"ours": f"**{outcome.status}**" + (f" {EARLIER_RULES}" if stale else ""),
-                                                   "seeds": _seeds(best), "examples": _examples(best),
-                                                   "scale": scale, "study": link})
+                checks.setdefault((list(FINDINGS).index(fid), claim), []).append({"ours": _ours(outcome) + (f" {EARLIER_RULES}" if stale else ""),
+                                                     "seeds": _seeds(best), "examples": _examples(best),
+                                                     "scale": scale, "study": link})
 
     for study in studies(root):
         meta = _meta(root / study)
         if meta.get("findings"):
-            df = _table(str(root / study), False)
+            df = _table(str(root / study))
             check(meta["findings"], best_runs(df), study.parent.name, _link(root, page, study, index))
     for pool_page, args in pooled_specs(root):  # the pages' pools: several studies' seeds read as one
         chosen, df = _pooled(root, args, pool_page)
@@ -181,9 +193,14 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]
         rel = os.path.relpath(pool_page, page.parent).replace(os.sep, "/")
         scales = ", ".join(sorted({s.parent.name for s in chosen}))
         check(_pool_findings(root, chosen), best_runs(df), f"{scales} (pooled)", f"[{name}]({rel}#{POOL_ANCHOR}{name})")
-    return [{"published finding": FINDINGS[fid].claim,
-             **{col: "<br>".join(c[col] for c in checks[fid]) for col in checks[fid][0]}}
-            for fid in FINDINGS if fid in checks]
+    return [{"published finding": claim, **{col: "<br>".join(c[col] for c in lines) for col in lines[0]}}
+            for (_, claim), lines in sorted(checks.items())]
+
+
+def _ours(o: Outcome) -> str:
+    """A finding's outcome for the findings table: bold, with its parts and the share of seeds reproducing it."""
+    detail = "; ".join(filter(None, (o.parts_words(), o.seed_share())))
+    return f"**{o.status}**" + (f" ({detail})" if detail else "")
 
 
 def rounding_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
@@ -198,7 +215,7 @@ def rounding_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     seeds = [int(args["seed"])] if "seed" in args else None
     rows = []
     for study in chosen:
-        best = _table(str(root / study), False)
+        best = _table(str(root / study))
         found = study_findings(root / study, seeds, best)
         mamba = best_runs(best, seeds).query("arch == 'mamba'")
         cells = [e for d in mamba["run_dir"] if (e := conv_evidence(d))]
@@ -237,7 +254,7 @@ def _steps(row: pd.Series) -> str:
 
 def run_rows(study: Path) -> list[dict]:
     """One row per finished run of the study (every run directory, sweep.yaml or not)."""
-    df = _table(str(study), True)
+    df = _table(str(study))
     df = df[df["status"] == "done"].sort_values(["arch", "model.d_model", "optim.lr", "seed"], kind="stable")
     heldout = "acc_heldout" in df and df["acc_heldout"].notna().any()
     named = not (study / SPEC).exists()
@@ -257,7 +274,7 @@ def run_rows(study: Path) -> list[dict]:
             acc, lo, compared = _num(r.get("acc_heldout"), 3), r.get(f"{HELDOUT_READ_ACC}_lo"), ""
             if lo is not None and lo == lo:  # read on held-out examples too: that accuracy's interval, compared
                 acc += f"; {_interval(r, HELDOUT_READ_ACC)} on {int(r['heldout.n_all'])}"
-                compared = compare_accuracy(lo, r[f"{HELDOUT_READ_ACC}_hi"], pub_acc_heldout)
+                compared = compare_accuracy(r[HELDOUT_READ_ACC], lo, r[f"{HELDOUT_READ_ACC}_hi"], pub_acc_heldout)
             row |= heldout_cells(acc, pub_acc_heldout, compared, _interval(r, HELDOUT_VALUE) if learned else "–", pub_value)
         verdict = r["verdict"] if isinstance(r.get("verdict"), str) else "not read"
         if verdict != "not read" and not verdict_is_current(Path(r["run_dir"])):
@@ -271,7 +288,7 @@ def run_rows(study: Path) -> list[dict]:
 
 
 def _task_line(study: Path) -> str:
-    df = _table(str(study), True)
+    df = _table(str(study))
     first = df.iloc[0]
     params = {k.removeprefix("task.params."): v for k, v in first.items()
               if k.startswith("task.params.") and v is not None and v == v}
@@ -287,7 +304,7 @@ def _task_line(study: Path) -> str:
 
 def widths_data(root: Path, study: Path) -> pd.DataFrame | None:
     """`widths.width_table` of the study's best-learning-rate runs; None where they span one width."""
-    df = _table(str(root / study), False)
+    df = _table(str(root / study))
     summary = summarise(df)
     return width_table(summary, df) if spans_widths(summary) else None
 
@@ -380,11 +397,13 @@ def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
     chosen, df, data = pool_data(root, args, page)
     done = int((df["status"] == "done").sum())
     out = [f'<a id="{POOL_ANCHOR}{name}"></a>', "",
-           f"The runs of {', '.join(f'`{s}`' for s in chosen)} read as one study: {done} finished runs (a run "
-           "committed in more than one study counted once), the best learning rate per architecture chosen over "
-           "all of them. Accuracy outside the conv reach where intervened on, attributions at the verdict's read "
-           "point: means over seeds with 95% intervals (t over seeds; one seed: its own), the published median "
-           f"in brackets. Compared by intervals: {RULE}.", "", _markdown(pooled_summary(df).to_dict("records")), ""]
+           f"The runs of {', '.join(f'`{s}`' for s in chosen)} read as one study: {done} finished runs (every run "
+           "directory under their runs/, whether the latest sweep.yaml names it or not; a run committed in more than "
+           "one study counted once), the best learning rate per architecture chosen over all of them. "
+           + _left_out(root, df) + " Accuracy outside the conv reach where intervened on, attributions at the "
+           "verdict's read point: means over seeds with 95% intervals (the multi-bootstrap over seeds and examples; "
+           f"one seed: its own), the published median in brackets. Compared: {RULE}.", "",
+           _markdown(pooled_summary(df).to_dict("records")), ""]
     rows = findings_checked(_pool_findings(root, chosen), df)
     if rows:
         out += ["The findings these studies check, on the pooled best-learning-rate runs (every seed):", "",
@@ -403,6 +422,14 @@ def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
     return "\n".join(out)
 
 
+def _left_out(root: Path, df: pd.DataFrame) -> str:
+    """`Left out: …`, each run the tables do not read in full with its reason (`pooled.left_out`; paths relative
+    to the repository), or that every run is read."""
+    named = df.assign(**{STUDY: [os.path.relpath(s, root) for s in df[STUDY]]}) if STUDY in df else df
+    runs = left_out(named)
+    return ("Left out: " + "; ".join(f"`{r}`" for r in runs) + ".") if runs else "No run is left out."
+
+
 def pooled_specs(root: Path) -> list[tuple[Path, dict[str, str]]]:
     """(page, arguments) of every `pooled` block of the pages."""
     found = []
@@ -416,11 +443,9 @@ def pooled_specs(root: Path) -> list[tuple[Path, dict[str, str]]]:
 
 def findings_checked(fids: list[str], table: pd.DataFrame) -> list[dict]:
     """The findings `fids` checked on the best-learning-rate rows of `table` (a study's, or a pool's), one row
-    each (claim, outcome, evidence), leaving out those whose architectures have not run."""
-    best = best_runs(table)
-    outcomes = [(FINDINGS[f].claim, FINDINGS[f].check(best)) for f in fids]
-    return [{"published finding": claim, "ours": o.status, "evidence": o.evidence}
-            for claim, o in outcomes if o.status != NOT_RUN]
+    each (and per ATR grammar: `findings.checked`; claim, outcome, parts, seeds, evidence: `findings.finding_row`),
+    leaving out those whose architectures have not run."""
+    return [finding_row(claim, o) for _, claim, o in checked(fids, best_runs(table)) if o.status != NOT_RUN]
 
 
 def _made_by(path: Path, command: str) -> str:
@@ -444,22 +469,25 @@ def study_section(root: Path, study: Path, page: Path) -> str:
     out = [f'<a id="{anchor(study)}"></a>', "", f"### {study.name} ({study.parent.name})", "",
            f"`{study}`.{preset} " + _task_line(path)
            + (f" {meta['description']}" if meta.get("description") else "")
-           + (" Report: `report.md` / `report.html` in the directory." if (path / "report.md").exists() else ""), ""]
+           + (" Report: `report.md` in the directory (`mecheval report DIR` writes the self-contained `report.html`"
+              " beside it)." if (path / "report.md").exists() else ""), ""]
     command = study_command(path, out=str(study))
     if command:  # what made it, and resumes it
         out += [_made_by(path, command), ""]
-    rows = findings_checked(meta.get("findings", []), _table(str(path), False))
+    rows = findings_checked(meta.get("findings", []), _table(str(path)))
     if rows:
         out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
     runs = run_rows(path)
     out += ["Runs (acc outside the conv reach and attributions: 95% intervals; `–` where a run did not learn):",
             "", _markdown(runs), ""]
+    if left_out(_table(str(path))):
+        out += [_left_out(root, _table(str(path))), ""]
     widths = width_section(root, study, page)
     if widths:
         out += [widths]
     if any(EARLIER_RULES in r["verdict (published)"] for r in runs):
         out += [f"{EARLIER_RULES} Verdict {EARLIER_NOTE}", ""]
-    every = _table(str(path), True)
+    every = _table(str(path))
     every = every[every["status"] == "done"]
     states = state_table(every)
     if not states.empty:
@@ -520,7 +548,7 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     runs trained (`cpu`, `cuda`: on a GPU the CPU minutes are the process's, not the GPU's)."""
     rows = []
     for study in _chosen(root, "costs", {k: v for k, v in args.items() if k != "by"}, page):
-        df = _table(str(root / study), True)
+        df = _table(str(root / study))
         df = df[df["status"] == "done"]
         groups = df.groupby("arch", sort=True) if args.get("by") == "arch" else [(None, df)]
         for arch, part in groups:
@@ -532,6 +560,99 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
                          "steps/s": _num(part["summary.steps_per_s"].median(), 1),
                          "device": ", ".join(sorted(part["summary.device"].dropna().unique())) if "summary.device" in part else "–"})
     return rows
+
+
+# ---- learning rates, coverage, prompts seen in training -------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _rates(root: Path) -> pd.DataFrame:
+    """`rates.rate_table` of every published-scale study's runs (results/paper-d*/, but EXPLORATIONS)."""
+    chosen = [s for s in studies(root) if s.parent.name.startswith("paper-d")
+              and f"{s.parent.name}/{s.name}" not in EXPLORATIONS]
+    return rate_table(committed_runs([_table(str(root / s)) for s in chosen]))
+
+
+def rates_data(root: Path) -> pd.DataFrame:
+    return _rates(Path(root))
+
+
+def rates_block(root: Path, page: Path) -> str:
+    """The rates figure and, in words, how many cells tried how many rates and have their best bracketed."""
+    table = _rates(Path(root))
+    if table.empty:
+        raise PageError(f"{page}: the rates block finds no published-scale runs (results/paper-d*/)")
+    cells = table[table["best"]]
+    rel = os.path.relpath(RATES_PNG, page.parent).replace(os.sep, "/")
+    edge = cells[~cells["bracketed"]]
+    return (f"![Accuracy and verdict of every published-scale cell at every learning rate tried]({rel})\n\n"
+            f"{len(cells)} cells (task, grammar, architecture, width) at the published scale: "
+            f"{int((cells['rates'] >= 3).sum())} tried 3 or more learning rates, {int(cells['bracketed'].sum())} have "
+            f"their best rate bracketed by a worse one on each side; at the edge of what was tried: "
+            + ", ".join(f"{r['arch']}{' ' + r['grammar'] if r['grammar'] else ''} d={r['width']} ({r['task']}, "
+                        f"{r['lr']:g} of {r['rates']})" for _, r in edge.iterrows()) + ".")
+
+
+def coverage_block(root: Path) -> str:
+    """The coverage counts (`rates.coverage_summary`) and the rule that compares."""
+    summary = coverage_summary(coverage_table(_rates(Path(root))))
+    return (_markdown(summary.to_dict("records")) + f"\n\nCompared: a cell with a committed run at the published "
+            f"scale; its accuracy is the best rate's (mean over seeds). {RULE}")
+
+
+def prompt_rows(root: Path) -> list[dict]:
+    """Per scale and task (ATR: grammar) of the runs read on prompts unseen in training (verdict.json `prompts`):
+    the studies and runs, the share of test prompts seen in training (range over runs), and the mean accuracy
+    on all prompts and on the unseen ones."""
+    parts = []
+    for study in studies(root):
+        df = _table(str(root / study))
+        if "seen_share" in df and df["seen_share"].notna().any():
+            read = df[df["seen_share"].notna()]
+            grammar = read.get("task.params.grammar", pd.Series(None, index=read.index)).fillna("easy")
+            task = read["task.name"].astype(str) + (" (" + grammar + ")").where(read["task.name"] == "atr", "")
+            parts.append(read.assign(scale=study.parent.name, task=task, study=study.name))
+    if not parts:
+        return []
+    rows = []
+    for (scale, task), g in pd.concat(parts, ignore_index=True).groupby(["scale", "task"], sort=True):
+        share = g["seen_share"].astype(float)
+        rows.append({"scale": scale, "task": task, "studies": g["study"].nunique(), "runs read": len(g),
+                     "test prompts seen in training": _num(share.min()) if _num(share.min()) == _num(share.max())
+                     else f"{_num(share.min())}–{_num(share.max())}",
+                     "acc, all prompts": _num(g["acc_all_prompts"].astype(float).mean()),
+                     "acc, unseen prompts": _num(g["acc_all"].astype(float).mean())})
+    return rows
+
+
+def pointer_rows(root: Path) -> list[dict]:
+    """Every committed learned run whose query side carries part of the effect (@query's interval above LOW) and
+    that has a pointer control (`interventions.pointer`): its verdict, @query, and the shares of patched outputs
+    that follow the answer and the value's old position, with their intervals."""
+    from mecheval.interventions.pointer import POINTER
+    from mecheval.interventions.verdict import LOW
+
+    rows = []
+    for study in studies(root):
+        df = _table(str(root / study))
+        if "attrib@query_lo" not in df:
+            continue
+        for _, r in df[df["attrib@query_lo"].astype(float) > LOW].iterrows():
+            path = Path(r["run_dir"]) / POINTER
+            if r["verdict"] == "not learned" or not path.exists():
+                continue
+            p = pd.read_parquet(path).iloc[0]
+            rows.append({"study": f"{study.parent.name}/{study.name}", "architecture": r["arch"],
+                         "seed": _num(r.get("seed"), 0), "verdict": r["verdict"], "@query": _interval(r, "attrib@query"),
+                         "follows the answer": _interval(p, "answer"), "follows the old position": _interval(p, "position"),
+                         "n": int(p["n"])})
+    return rows
+
+
+def draw_rates(table: pd.DataFrame, path: Path) -> None:
+    """`rates.rate_figure` of `rates_data` (read back from its CSV) as an optimised PNG at `path`."""
+    from mecheval.report.study_figure import save_figure
+
+    save_figure(rate_figure(table.fillna({"grammar": ""})), path)
 
 
 # ---- the published numbers ---------------------------------------------------------------------------
@@ -604,11 +725,20 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = _markdown(rounding_rows(root, args, page))
     elif kind == "costs":
         body = _markdown(cost_rows(root, args, page))
+    elif kind == "rates":
+        body = rates_block(root, page)
+    elif kind == "coverage":
+        body = coverage_block(root)
+    elif kind == "prompts":
+        body = _markdown(prompt_rows(root))
+    elif kind == "pointers":
+        body = _markdown(pointer_rows(root))
     elif kind == "figure":
         rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
         body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
     else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, pooled, costs, rounding)")
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, pooled, "
+                        "costs, rounding, rates, coverage, prompts, pointers)")
     return body.rstrip() + "\n"
 
 
@@ -626,6 +756,9 @@ def generate(root: Path) -> dict[Path, str]:
             continue
         out[page] = BLOCK.sub(lambda m: m[1] + render(root, page, m["spec"], index) + m[4], text)
     out[FIGURE_DATA] = figure_data(root).to_csv(index=False, float_format="%.4f")
+    rates = rates_data(root)
+    if len(rates):
+        out[RATES_DATA] = rates.to_csv(index=False, float_format="%.4f")
     for study in studies(root):
         table = widths_data(root, study)
         if table is not None:
@@ -647,7 +780,8 @@ def drawings(root: Path) -> list[tuple[Path, Path, Callable[[pd.DataFrame, Path]
     accuracy against width, each `pooled` block's figures (those whose CSV `generate` writes)."""
     from mecheval.report.study_figure import draw
 
-    return ([(FIGURE_DATA, FIGURE_PNG, draw)] + [(*width_files(s), draw_widths) for s in studies(root)]
+    return ([(FIGURE_DATA, FIGURE_PNG, draw), (RATES_DATA, RATES_PNG, draw_rates)]
+            + [(*width_files(s), draw_widths) for s in studies(root)]
             + [(*pool_files(_pool_name(args, page), figure), draw_widths if figure == "widths" else draw_boxes)
                for page, args in pooled_specs(root) for figure in POOL_FIGURES])
 

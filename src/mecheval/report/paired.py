@@ -18,6 +18,7 @@ import pandas as pd
 
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.metrics import bootstrap_difference
+from mecheval.report.decide import above
 
 COLUMNS = ["subset", "n", "acc_a", "acc_b", "diff", "diff_lo", "diff_hi"]
 
@@ -47,4 +48,4 @@ def paired_accuracy(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: 
 def at_least_as_accurate(row: pd.Series, margin: float) -> bool | None:
     """a at least as accurate as b within `margin` (non-inferiority), decided by the paired interval: True
     where a − b's interval lies at or above −margin, False where it lies below, None where it straddles."""
-    return True if row["diff_lo"] >= -margin else False if row["diff_hi"] < -margin else None
+    return above(row["diff_lo"], row["diff_hi"], -margin)

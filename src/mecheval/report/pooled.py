@@ -1,9 +1,10 @@
 """Several studies' runs read as one (`mecheval pages`' `pooled` block): the study's own tables, across the
 studies that ran its parts separately (seeds added later, one width per study, another rate).
 
-`pooled_table` is the runs (a run committed in several studies counted once, the best learning rate chosen
-over all of them); `pooled_summary` its rows per architecture (width, grammar) beside the published
-accuracy and attribution medians, compared by intervals; `attribution_runs` the per-run attributions
+`pooled_table` is the runs (every run directory under each study's runs/, whether its latest sweep.yaml names
+it or not; a run committed in several studies counted once; the best learning rate chosen over all of them);
+`left_out` names the runs a table does not read, with the reason; `pooled_summary` its rows per architecture
+(width, grammar) beside the published accuracy and attribution medians, compared by intervals; `attribution_runs` the per-run attributions
 the box figure (`figures.boxes_figure`) draws, with the published medians, as one table that a CSV keeps.
 """
 
@@ -14,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.report.build import summarise
-from mecheval.report.compare import compare_accuracy, heldout_cells, published_attribution, published_words
+from mecheval.report.compare import heldout_cells, published_attribution, published_words
+from mecheval.report.decide import compare_accuracy
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, by_grammar, shown_accuracy, with_interval
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
@@ -24,17 +26,16 @@ STUDY = "study"  # the column naming the study a pooled run was read from
 
 
 def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
-    """`results.study_table` rows of every study in `study_dirs` (in that order), with `study` (its path)
-    added: a run whose config and summary another study already holds (the same run committed twice, e.g.
-    read again beside other architectures; a run trained again differs in its timings) is kept once, from
-    the first study; `best_lr` is chosen anew over all of
-    them (`sweeps.table.best_lr`), so that seeds run in another study count toward the same selection.
+    """`results.study_table` rows of every run of every study in `study_dirs` (in that order; those its sweep.yaml
+    does not name too: `every_run`), with `study` (its path) added: a run whose config and summary another study
+    already holds (the same run committed twice, e.g. read again beside other architectures; a run trained again
+    differs in its timings) is kept once, from the first study; `best_lr` is chosen anew over all of them (`sweeps.table.best_lr`), so that seeds run in another study count toward the same selection.
     ValueError where best runs of one architecture, width and rate differ in another field (a train order):
     they are two designs, and `build.summarise` would average them as seeds."""
     if not study_dirs:
         raise ValueError("pooled_table: no studies given")
-    raws = [collect(d) for d in study_dirs]
-    tables = [study_table(d).assign(**{STUDY: str(d)}) for d in study_dirs]
+    raws = [collect(d, every_run=True) for d in study_dirs]
+    tables = [study_table(d, every_run=True).assign(**{STUDY: str(d)}) for d in study_dirs]
     raw = pd.concat(raws, ignore_index=True)  # the config columns, row for row beside the tables
     df = pd.concat(tables, ignore_index=True)
     config = config_columns(raw)
@@ -62,7 +63,7 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per architecture (width, grammar where they vary) of `pooled_table`'s best-learning-rate runs,
     for people: seeds, accuracy outside the conv reach with its 95% interval (over seeds where several:
     `build.summarise`), the published accuracy with its 320-example interval and the two compared
-    (`compare.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
+    (`decide.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
     seeds, interval; `–` where most seeds did not learn) beside the study's published median (ATR only); for a
     generalisation study, accuracy and @value on the held-out pairs beside the study's."""
     summary = summarise(df).sort_values("model.d_model", kind="stable")  # widths in order, whichever study came first
@@ -79,7 +80,7 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
             row["grammar"] = grammar
         row |= {"lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"], "acc [95% CI]": with_interval(acc, lo, hi),
                 "published [95% CI, n = 320]": published_words(theirs),
-                "comparison": compare_accuracy(lo, hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
+                "comparison": compare_accuracy(acc, lo, hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
         learned = r["verdict"] != "not learned"  # the most common verdict over seeds
         for pos in POSITIONS:
             median = published_attribution(tasks[r["arch"]], grammar if grammar == grammar else None, r["arch"], pos)
@@ -91,6 +92,17 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
             row |= heldout_cells(held, r["published_heldout_acc"], r["heldout_agree"], value, r["published_heldout_value"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def left_out(df: pd.DataFrame) -> list[str]:
+    """The runs of a `pooled_table` (or a study's table) that its summary does not read in full, each
+    `STUDY/runs/NAME: REASON`: not finished (no final accuracy), or, at the best learning rate, no verdict (its
+    accuracy is read, its mechanism and attributions are not: it was not intervened on)."""
+    where = df[STUDY] + "/runs/" + df["name"] if STUDY in df else df["name"]
+    reasons = pd.Series("", index=df.index)
+    reasons[df["best_lr"] & df["verdict"].isna()] = "no verdict (accuracy only)"
+    reasons[df["status"] != "done"] = "not finished"
+    return [f"{w}: {r}" for w, r in zip(where, reasons) if r]
 
 
 def attribution_runs(df: pd.DataFrame) -> pd.DataFrame:

@@ -42,7 +42,7 @@ def figure_data(root: Path) -> pd.DataFrame:
     for study in studies(root):
         if not _meta(root / study):
             continue
-        df = _table(str(root / study), False)
+        df = _table(str(root / study))
         best = df[df["best_lr"] & df["arch_name"].isin(COMPARED)]
         best = best[best["arch_conv"].isna() | (best["arch_conv"] == 0)]
         several = best["model.d_model"].nunique() > 1  # each width its own line (`widths.py` draws the trend)

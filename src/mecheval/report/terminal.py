@@ -6,9 +6,10 @@ from rich.console import Console
 from rich.table import Table
 
 from mecheval.report.build import GRAMMAR, Report
+from mecheval.report.decide import AGREE, DIFFER, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from mecheval.report.overview import with_interval
 
-STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
+STYLE = {AGREE: "green", DIFFER: "red", INCONCLUSIVE: "yellow", REPRODUCED: "green", NOT_REPRODUCED: "red"}
 
 
 def _num(v, fmt: str = "{:.2f}") -> str:
@@ -63,4 +64,7 @@ def print_summary(report: Report, console: Console | None = None) -> None:
                 console.print(f"{r['arch']}: {r['detail']}", soft_wrap=not console.is_terminal, highlight=False)
     if report.overview:  # the same paragraph as the report's summary
         console.print(report.overview, soft_wrap=not console.is_terminal, highlight=False)
+    for claim, outcome in report.findings:  # each finding's outcome, its parts and the share of seeds reproducing it
+        style = STYLE.get(outcome.status, "default")
+        console.print(f"[{style}]{outcome.words()}[/]: {claim}", soft_wrap=not console.is_terminal, highlight=False)
     console.print(f"report: {report.html}  {report.markdown}")

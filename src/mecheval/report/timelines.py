@@ -21,7 +21,7 @@ from mecheval.interventions.timeline import TIMELINE, formed_at
 from mecheval.interventions.verdict import LABELS, ROLES
 from mecheval.report.figures import OKABE_ITO
 
-VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD", "#F0E442")))
+VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD", "#F0E442", "#CC79A7")))
 
 
 def formation_steps(best: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, int | None]]:

@@ -1,6 +1,6 @@
 """Accuracy against width, the study's main AR result: per architecture, our best-learning-rate accuracy at
 each width with its 95% interval beside the published curve, and the two compared point by point
-(`compare.compare_accuracy`: agree / differ / inconclusive, decided by intervals).
+(`decide.compare_accuracy`: agree / differ / inconclusive, decided by the difference's interval).
 
 `width_table` is the data (one row per architecture and width, ours and published); `width_figure` draws
 it, one panel per group of architectures: the zoo at its published convs, one per architecture whose
@@ -17,17 +17,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator
 
-from mecheval.report.compare import compare_accuracy, published_accuracy, published_words
-from mecheval.report.findings import HIGH_ACC, POOR_ACC
+from mecheval.report.compare import published_accuracy, published_words
+from mecheval.report.decide import HIGH_ACC, POOR_ACC, compare_accuracy
 from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
 from mecheval.report.published import WIDTHS
 
 ZOO = "architectures at their published convs"
 VARIANTS = "other depths and position embeddings"
-RULE = (f"agree where the published value lies inside our 95% interval, or both ours and the published one's (its "
-        f"Wilson interval on the study's 320 test examples) lie wholly at or above {HIGH_ACC} (both learn) or wholly "
-        f"below {POOR_ACC} (both fail); differ where the two intervals are disjoint otherwise; inconclusive where they "
-        "overlap without ours holding the published value, or where ours has no interval")  # `compare_accuracy`
 DODGE = 2 ** 0.04  # on the log2 width axis: 0.04 of a doubling between architectures' markers
 COLUMNS = ["panel", "arch", "width", "seeds", "acc", "acc_lo", "acc_hi", "published", "comparison"]
 
@@ -72,7 +68,7 @@ def width_table(summary: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
             rows.append({"panel": panel(arch, name, conv), "arch": arch + (f" · {grammar}" if several else ""),
                          "width": width, "seeds": 0 if row is None else int(row["seeds"]), "acc": acc,
                          "acc_lo": lo, "acc_hi": hi, "published": float("nan") if theirs is None else float(theirs),
-                         "comparison": "" if row is None else compare_accuracy(lo, hi, theirs)})
+                         "comparison": "" if row is None else compare_accuracy(acc, lo, hi, theirs)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -105,7 +101,7 @@ def width_panel(rows: pd.DataFrame, palette: dict[str, str], ax: Axes | None = N
         theirs = r.dropna(subset=["published"])
         ax.plot(theirs["width"], theirs["published"], ls="--", marker="x", ms=4, color=colour, lw=1.1, alpha=0.8,
                 label=f"_published {arch}")
-    for threshold in (POOR_ACC, HIGH_ACC):  # the comparison's thresholds (`compare.compare_accuracy`)
+    for threshold in (POOR_ACC, HIGH_ACC):  # the findings' thresholds: fails, high accuracy (`report.decide`)
         ax.axhline(threshold, color="0.85", lw=0.8, ls=":", zorder=0)
     ax.set_xscale("log", base=2)
     ax.set_xticks(WIDTHS, [str(w) for w in WIDTHS])

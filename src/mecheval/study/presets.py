@@ -20,6 +20,7 @@ from mecheval.models.presets import arch_label
 
 PAPER_WIDTHS = [16, 32, 64, 128, 256]
 PAPER_LRS = [3e-5, 1e-4, 3e-4, 1e-3, 3e-3]
+CPU_LR = 3e-3  # the cpu scale's one learning rate, unless a study gives its own
 PAPER_TRAIN_SIZE = 100_032  # the published fixed training set (16 epochs of batch 32 on AR, 32 on ATR)
 ZOO = ["attention", "based", "mamba", "deltanet", "hyena", "baseconv", "h3"]
 # preset -> the `model.build` of its paper-scale runs: Mamba as the study's code builds it (init, final
@@ -31,6 +32,9 @@ PAPER_TRAIN_ORDER = "replay"
 
 AR_PAPER = {"name": "ar", "params": {}}
 AR_CPU = {"name": "ar", "params": {"n_pairs": 4, "n_keys": 64, "n_values": 64}}
+# the quick study's: on 4 pairs attention retrieves by a positional pointer on most seeds (results/cpu/quick seeds 1, 2;
+# /tmp notes of issue 52), on 8 it does induction wherever it learns (results/cpu/attention-pairs)
+AR_CPU_QUICK = {"name": "ar", "params": {"n_pairs": 8, "n_keys": 64, "n_values": 64}}
 ATR_GRAMMARS = ["easy", "medium", "large_vocab"]
 
 
@@ -87,9 +91,11 @@ class Study:
     archs: list[dict]  # sweep points: one per architecture (preset + model overrides)
     steps: tuple[int, int]  # (paper, cpu)
     cpu_archs: list[dict] | None = None  # the architectures the cpu scale keeps (None: all of `archs`)
-    cpu_lrs: list[float] = field(default_factory=lambda: [3e-3])
+    cpu_lrs: list[float] = field(default_factory=lambda: [CPU_LR])  # empty: each of `cpu_archs` at its own rate
+    cpu_seeds: tuple[int, ...] = ()  # the cpu scale's seeds where `--seeds` is not given (empty: seed 0 alone)
     paper_grid: dict[str, list] = field(default_factory=dict)  # axes only the paper scale sweeps (e.g. grammar)
     base: dict = field(default_factory=dict)  # dotted overrides of the base config at both scales
+    cpu_base: dict = field(default_factory=dict)  # and at the cpu scale alone
     corrupt: tuple[str, ...] = ("key", "value")
     sites: tuple[str, ...] = ("resid_pre",)
     min_effect: float = 0.01  # the published filter: 0.01 on AR, 0.1 on ATR
@@ -112,7 +118,8 @@ class Study:
         train_order: str | None = None,
         grammars: list[str] | None = None,
     ) -> dict:
-        """The sweep at `scale`; widths / lrs / seeds replace the scale's axes, archs keeps only the
+        """The sweep at `scale`; widths / lrs / seeds replace the scale's axes (seeds: the cpu scale's default is
+        `cpu_seeds`, else seed 0 alone, as at the paper scale), archs keeps only the
         architectures whose `point_label` is listed; early_stop ends a run at test accuracy >= 0.99 at
         two evaluations in a row (`TrainConfig.early_stop`); train_order reads the paper scale's fixed set
         in a new order each epoch ("shuffle") or in one order ("replay", the study's; the paper default);
@@ -126,14 +133,17 @@ class Study:
         grid = {"model.d_model": widths or PAPER_WIDTHS, **self.paper_grid} if paper else {}
         if widths and not paper:
             grid["model.d_model"] = widths
-        if lrs or not paper or not all("optim.lr" in p for p in points):  # else every point brings its own rate
+        if not paper and not self.cpu_lrs and not lrs:  # each cpu point at its own rate; one without (a plug-in) at CPU_LR
+            points = [p if "optim.lr" in p else {**p, "optim.lr": CPU_LR} for p in points]
+        elif lrs or not paper or not all("optim.lr" in p for p in points):  # else every point brings its own rate
             grid["optim.lr"] = lrs or (PAPER_LRS if paper else self.cpu_lrs)
+        seeds = seeds or (None if paper else list(self.cpu_seeds))
         if seeds:
             grid["seed"] = seeds
         if grammars is not None:
             grid["task.params.grammar"] = self._grammars(grammars, paper)
         base = _base(self.task if paper else self.cpu_task, scale, *self.steps)
-        for key, value in self.base.items():
+        for key, value in (self.base | ({} if paper else self.cpu_base)).items():
             set_dotted(base, key, value)
         if early_stop:
             base["early_stop"] = {"acc": 0.99, "patience": 2, "split": "test"}
@@ -218,13 +228,20 @@ STUDIES: dict[str, Study] = {
     for s in [
         Study(
             name="quick",
-            cpu_measured="5.9 min on 2 idle CPU cores with interventions and timelines (2026-12-01; 8.4 min on a busier machine)",
+            cpu_measured="13.2 min with the install on 2 idle CPU cores, fresh clone (2026-12-05: 9.4 min training, "
+                         "3 min readouts and report); seeds 3, 4, 5: 11.5 min",
             description="Attention vs Mamba vs Mamba without its short convolution on AR (the README's study).",
-            cpu_drops="one width (64), one learning rate (3e-3), 3,000 steps of batch 128, AR with 4 pairs over 64+64 "
-                      "tokens; by default seed 0 alone, on which its findings rest (results/cpu/quick adds seeds 1 and 2, "
-                      "where attention retrieves at the query instead of by induction)",
-            task=AR_PAPER, cpu_task=AR_CPU,
+            cpu_drops="one width (64), 3,000 steps of batch 128, AR with 8 pairs over 64+64 tokens, attention at lr 3e-3 "
+                      "and both Mambas at 1e-2 (their published best d = 64 rate; at 3e-3 Mamba is near chance on 8 "
+                      "pairs after 2,500 steps), seeds 0, 1, 2 (on 4 pairs attention learns a positional pointer, "
+                      "not induction, on most seeds)",
+            task=AR_PAPER, cpu_task=AR_CPU_QUICK,
             archs=[_arch("attention"), _arch("mamba"), _arch("mamba", d_conv=0)],
+            cpu_archs=[_arch("attention", CPU_LR), _arch("mamba", AR_D64_LR["mamba"]),
+                       _arch("mamba", AR_D64_LR["mamba"], d_conv=0)],
+            cpu_lrs=[], cpu_seeds=(0, 1, 2),
+            # a learner stops once it is done (attention: ~1,250 steps); readouts over training every 1,000 steps
+            cpu_base={"early_stop": {"acc": 0.99, "patience": 2, "split": "test"}, "snapshots.every": 1000},
             steps=AR_STEPS, findings=("attention_induction", "mamba_direct", "mamba_conv_forms", "mamba_noconv_fails"),
             analyses=("conv-window", "state"),
         ),

@@ -22,14 +22,16 @@ from tqdm import tqdm
 from mecheval.common import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
-from mecheval.interventions.runs import (has_valid_verdict, intervene_run, relabel_run, split_dir, verdict_is_current,
-                                         write_examples)
+from mecheval.interventions.runs import (has_valid_verdict, intervene_run, recheck_run, relabel_run, split_dir,
+                                         verdict_is_current, write_examples)
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
 from mecheval.report.build import STUDY_JSON
 from mecheval.study.presets import STUDIES, TIMELINE_EXAMPLES, Study
+from mecheval.study.progress import showing_steps
 from mecheval.sweeps import SweepConfig, collect, run_sweep
+from mecheval.sweeps.spec import expand
 from mecheval.sweeps.runner import RUNS
 from mecheval.training.lock import DirLock
 from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object
@@ -65,7 +67,7 @@ def run_study(
     times: dict[str, float] = {}
 
     start = time.perf_counter()
-    with tqdm(total=None, desc="train", unit="run", disable=quiet) as bar:
+    with tqdm(total=len(expand(sweep)), desc="train", unit="run", disable=quiet) as bar, showing_steps(bar, out):
         outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=lambda o: bar.update(), new=new)
     failed = [o for o in outcomes if o.error]
     if failed:
@@ -81,8 +83,9 @@ def run_study(
                 out_dir = _readout_dir(run_dir, split)
                 if not has_valid_verdict(out_dir):  # missing, or left empty or invalid: recomputed
                     todo.append((run_dir, split))
-                elif not verdict_is_current(out_dir):  # decided by earlier rules: decided anew from its tables
-                    relabel_run(out_dir, study.min_effect)
+                elif not verdict_is_current(out_dir):  # decided by earlier rules: decided anew, patched again where needed
+                    if not recheck_run(out_dir, run_dir, n_examples, study.min_effect, split=split):
+                        todo.append((run_dir, split))
         unreadable = []
         for run_dir, split in tqdm(todo, desc="intervene", unit="run", disable=quiet):
             try:
@@ -118,22 +121,31 @@ def run_study(
     return build_report(out)
 
 
-def relabel_study(out: str | Path, repatch: bool = False) -> Report:
+RECHECK_KEEPS = ("state",)  # analyses a recheck's re-patch leaves as they were (the state readout: minutes per ATR run)
+
+
+def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False) -> Report:
     """Every intervened run of the study in `out` decided anew by the current verdict rules from its tables
     (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained
     or re-patched. repatch: instead run every intervened run's interventions again with the study's settings
     and the current code (tables, artefact control, full-window readout, verdict; the weights are loaded,
-    nothing is trained; readouts over training are left as they are). Runs intervened before per-example tables existed get
-    their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
+    nothing is trained; readouts over training are left as they are). recheck: the weights loaded for the
+    controls the tables lack (`recheck_run`: the pointer control, which prompts were seen in training), the
+    runs whose readouts read prompts seen in training patched again on unseen ones (their state readouts, which
+    no verdict reads, kept: RECHECK_KEEPS). Runs intervened before
+    per-example tables existed get their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
     meta = json.loads((out / STUDY_JSON).read_text())
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         for split in ("test", *study.splits):
             if (_readout_dir(run_dir, split) / "interventions.parquet").exists():
+                readouts = _readout_dir(run_dir, split)
                 if repatch:
                     _intervene(run_dir, study, meta["n_examples"], split)
-                else:
+                elif recheck and not recheck_run(readouts, run_dir, meta["n_examples"], study.min_effect, split=split):
+                    _intervene(run_dir, study, meta["n_examples"], split, skip=RECHECK_KEEPS)
+                elif not recheck:
                     relabel_run(_readout_dir(run_dir, split), study.min_effect)
         if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists():
             write_examples(run_dir, meta["n_examples"])
@@ -145,10 +157,10 @@ def _readout_dir(run_dir: Path, split: str) -> Path:
     return run_dir if split == "test" else split_dir(run_dir, split)
 
 
-def _intervene(run_dir: Path, study: Study, n: int, split: str = "test") -> None:
-    """The study's interventions on one run's `split`: the test split with the study's analyses, a further split
-    (into RUN/splits/<split>/) without them."""
+def _intervene(run_dir: Path, study: Study, n: int, split: str = "test", skip: tuple[str, ...] = ()) -> None:
+    """The study's interventions on one run's `split`: the test split with the study's analyses but those in
+    `skip` (whose earlier files are kept), a further split (into RUN/splits/<split>/) without them."""
     test = split == "test"
+    analyses = [a for a in study.analyses if a not in skip] if test else []
     intervene_run(run_dir, corrupt=list(study.corrupt), n=n, sites=list(study.sites), min_effect=study.min_effect,
-                  skip_missing_sites=True, analyses=list(study.analyses) if test else [], split=split,
-                  out=None if test else split_dir(run_dir, split))
+                  skip_missing_sites=True, analyses=analyses, split=split, out=None if test else split_dir(run_dir, split))

@@ -7,6 +7,8 @@ pairs. The answer vq is predicted at the position of kq.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -15,7 +17,7 @@ from mecheval.tasks.base import SPLITS
 from mecheval.tasks.batch import Batch
 from mecheval.tasks.corruption import replace_with_absent
 from mecheval.tasks.document import BOS, EOS, N_SPECIAL, SPECIAL_NAMES, DocumentTask
-from mecheval.tasks.sampling import distinct, rng_for
+from mecheval.tasks.sampling import corruption_rng, distinct, rng_for
 
 
 class ARParams(BaseModel):
@@ -92,6 +94,24 @@ class ARTask(DocumentTask):
     def corrupt(self, batch: Batch, role: str, seed: int) -> Batch:
         """Key or query: a key absent from the document; value: a value absent from it."""
         return replace_with_absent(self, batch, role, seed)
+
+    def move(self, batch: Batch, seed: int) -> tuple[Batch, torch.Tensor]:
+        """The queried pair swapped with another pair of its document (drawn per example): query and answer
+        unchanged, the queried key and value in another slot, the clean value's slot now holding the other
+        pair's value; both absolute positions and distances to the query change."""
+        n = self.params.n_pairs
+        if n < 2:
+            raise ValueError(f"moving the queried pair needs n_pairs >= 2, got {n}")
+        q = (batch.roles["key"] - 1) // 2  # [B] queried slot
+        shift = torch.from_numpy(corruption_rng(self.name, "move", seed).integers(1, n, size=len(batch)))
+        j = (q + shift.to(q.device)) % n  # [B] another slot
+        rows = torch.arange(len(batch), device=q.device)
+        tokens = batch.tokens.clone()
+        for offset in (1, 2):  # key, then value
+            a, b = offset + 2 * q, offset + 2 * j
+            tokens[rows, a], tokens[rows, b] = batch.tokens[rows, b], batch.tokens[rows, a]
+        roles = batch.roles | {"key": 1 + 2 * j, "value": 2 + 2 * j}
+        return replace(batch, tokens=tokens, roles=roles), batch.roles["value"].clone()
 
     def answer_derivable(self, batch: Batch) -> torch.Tensor:
         """[B] whether the queried key occurs in the context followed by the answer."""

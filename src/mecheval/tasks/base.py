@@ -67,6 +67,14 @@ class Task(abc.ABC):
     def decode(self, tokens: torch.Tensor | list[int]) -> list[str]:
         """Readable strings for a 1-D sequence of token ids."""
 
+    def move(self, batch: Batch, seed: int) -> tuple[Batch, torch.Tensor]:
+        """The pointer control's counterfactual (`interventions.pointer`): the queried association moved to
+        other positions of the same document with the answer unchanged -> (the moved batch, [B] the clean
+        value's position, which in the moved batch holds another token or, where no move was possible, the
+        answer). A model that carries only *where* the value is reads the token now there. Optional: tasks
+        without it raise NotImplementedError and their runs get no pointer control."""
+        raise NotImplementedError(f"task {self.name!r} defines no move of the queried association (Task.move)")
+
     @property
     def chance_accuracy(self) -> float:
         """Accuracy of guessing uniformly among the plausible answers (for reports)."""

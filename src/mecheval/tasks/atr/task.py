@@ -151,6 +151,37 @@ class ATRTask(DocumentTask):
         old = batch.tokens[torch.arange(len(batch)), torch.as_tensor(pos)].cpu().numpy()
         return replace_at(batch, pos, other(corruption_rng(self.name, role, seed), old, *self.terminal_range))
 
+    def move(self, batch: Batch, seed: int) -> tuple[Batch, torch.Tensor]:
+        """Another document's context (drawn per example among those that fit the batch's length) put before
+        the context: `<bos> filler context <eos> q target <eos>`. The query's rightmost occurrence, its head
+        and the answer are unchanged; every context position shifts by the filler's length, so the clean
+        value's absolute position holds another token (distances to the query are kept: this move tests
+        absolute pointers, AR's also relative ones). Examples no filler fits are left unmoved."""
+        rng = corruption_rng(self.name, "move", seed)
+        T = batch.tokens.shape[1]
+        m = (batch.lengths - 5).tolist()  # context terminals
+        tokens, parent = torch.full_like(batch.tokens, PAD), torch.full_like(batch.extra["parent"], -1)
+        depth, shift = torch.zeros_like(batch.extra["depth"]), torch.zeros(len(batch), dtype=torch.long)
+        for i in range(len(batch)):
+            fits = [f for f in range(len(batch)) if f != i and m[f] + m[i] + 5 <= T]
+            f = int(rng.choice(fits)) if fits else None
+            s = m[f] if f is not None else 0
+            tokens[i, 0] = BOS
+            if s:
+                tokens[i, 1 : s + 1] = batch.tokens[f, 1 : s + 1]
+                parent[i, 1 : s + 1] = batch.extra["parent"][f, 1 : s + 1]
+                depth[i, 1 : s + 1] = batch.extra["depth"][f, 1 : s + 1]
+            n = int(batch.lengths[i])
+            tokens[i, s + 1 : s + n] = batch.tokens[i, 1:n]
+            old = batch.extra["parent"][i, 1:n]
+            parent[i, s + 1 : s + n] = torch.where(old >= 0, old + s, old)
+            depth[i, s + 1 : s + n] = batch.extra["depth"][i, 1:n]
+            shift[i] = s
+        moved = Batch(tokens=tokens, lengths=batch.lengths + shift, answer=batch.answer.clone(),
+                      answer_pos=batch.answer_pos + shift, roles={k: v + shift for k, v in batch.roles.items()},
+                      extra={"parent": parent, "depth": depth})
+        return moved, batch.roles["value"].clone()
+
     def answer_derivable(self, batch: Batch) -> torch.Tensor:
         """[B] whether the query's rightmost occurrence in the context has the answer as its head.
 

@@ -1,0 +1,182 @@
+"""Learning-rate sensitivity and coverage: every published-scale cell (task, grammar, architecture, width) at
+every rate tried, and every published accuracy against them.
+
+The study swept 5–7 rates per cell and kept the best; a cell whose best rate has no worse rate tried on each
+side was never bracketed (its optimum may lie beyond what was tried). `rate_table` is the analysis (one row
+per cell and rate: seeds, mean accuracy, verdicts, whether it is the cell's best and whether that best is
+bracketed), `rate_figure` its picture; `coverage_table` the published accuracy cells, each with what we ran
+for it and the strict comparison (`decide.compare_accuracy`) at its best rate, `coverage_summary` their counts.
+An ATR run trained with held-out pairs is a cell of its own (grammar `easy held-out`), read on the held-out pairs.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from mecheval.interventions.verdict import LABELS  # noqa: E402
+from mecheval.interventions.metrics import accuracy_interval  # noqa: E402
+from mecheval.report import published  # noqa: E402
+from mecheval.report.compare import published_accuracy  # noqa: E402
+from mecheval.report.decide import compare_accuracy, multi_bootstrap  # noqa: E402
+from mecheval.report.overview import GRAMMAR  # noqa: E402
+from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
+
+CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
+NO_VERDICT = "not read"
+HELDOUT = " held-out"  # the grammar suffix of a generalisation run's cell (read on its held-out pairs)
+HOLDOUT = "task.params.holdout_frac"
+RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "seeds", "acc", "acc_lo", "acc_hi", "verdict", "verdicts",
+                "published", "best", "rates", "bracketed"]
+
+
+def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """The finished runs of several studies' `results.study_table(every_run=True)` as one table, a run
+    committed in two studies (same cell, rate, seed and final accuracy) counted once; `grammar` is the ATR
+    grammar ("" for AR)."""
+    if not tables:
+        return pd.DataFrame(columns=[*CELL, "optim.lr", "seed", "acc"])
+    df = pd.concat(tables, ignore_index=True)
+    df = df[df["status"] == "done"].copy()
+    grammar = df[GRAMMAR].fillna("easy") if GRAMMAR in df else pd.Series("easy", index=df.index)
+    held = df[HOLDOUT].fillna(0) > 0 if HOLDOUT in df else pd.Series(False, index=df.index)
+    df["grammar"] = (grammar + np.where(held, HELDOUT, "")).where(df["task.name"] == "atr", "")
+    if "acc_heldout" in df:  # a generalisation run is compared on its held-out pairs
+        df["acc"] = df["acc_heldout"].where(held, df["acc"])
+    df["n_acc"] = df["eval.size"]
+    return df.drop_duplicates([*CELL, "optim.lr", "seed", "acc"], ignore_index=True)
+
+
+def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cell, rate) of `committed_runs`: `seeds`, `acc` (mean over seeds), `verdict` (the most
+    common; `not read` where none was), `verdicts` (counts in words), `published` (the study's accuracy, NaN
+    where none), `best` (the cell's rate with the highest mean accuracy), `rates` (how many the cell tried),
+    `bracketed` (the best rate has a tried rate below and above it)."""
+    rows = []
+    for key, cell in runs.groupby(CELL, sort=True, dropna=False):
+        task, grammar, arch, width = key
+        name, conv = cell["arch_name"].iloc[0], cell["arch_conv"].iloc[0]
+        published = published_value(task, grammar, name, None if conv != conv else conv, int(width), arch)
+        by_rate = []
+        for lr, at in cell.groupby("optim.lr", sort=True):
+            verdicts = at["verdict"].fillna(NO_VERDICT)
+            counts = verdicts.value_counts()
+            lo, hi = _interval(at)
+            by_rate.append({"task": task, "grammar": grammar, "arch": arch, "width": int(width), "lr": float(lr),
+                            "seeds": len(at), "acc": float(at["acc"].mean()), "acc_lo": lo, "acc_hi": hi,
+                            "verdict": counts.index[0],
+                            "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
+                            "published": np.nan if published is None else published})
+        best = max(range(len(by_rate)), key=lambda i: by_rate[i]["acc"])
+        for i, row in enumerate(by_rate):
+            row |= {"best": i == best, "rates": len(by_rate), "bracketed": 0 < best < len(by_rate) - 1}
+        rows += by_rate
+    return pd.DataFrame(rows, columns=RATE_COLUMNS).astype({"best": bool, "bracketed": bool})
+
+
+def published_value(task: str, grammar: str, arch: str, conv, width: int, label: str) -> float | None:
+    """The published accuracy of a cell (`compare.published_accuracy`; a held-out cell's: `published.ATR_HELDOUT`)."""
+    if grammar.endswith(HELDOUT):
+        return published.ATR_HELDOUT.get(label, {}).get(width)
+    return published_accuracy(task, grammar or None, arch, conv, width, label)
+
+
+def _interval(runs: pd.DataFrame) -> tuple[float, float]:
+    """95% interval of the mean accuracy of `runs` (one per seed, over `n_acc` examples each): a run's Wilson
+    interval, over several seeds the multi-bootstrap (`decide.multi_bootstrap`)."""
+    bounds = [accuracy_interval(round(a * n), int(n)) for a, n in zip(runs["acc"], runs["n_acc"])]
+    if len(runs) == 1:
+        return bounds[0]
+    return multi_bootstrap(list(runs["acc"]), [b[0] for b in bounds], [b[1] for b in bounds], list(runs["n_acc"]))
+
+
+def published_cells() -> pd.DataFrame:
+    """Every published accuracy cell: task, grammar, arch (its label), width, published."""
+    rows = [("ar", "", a, w, v) for a, t in published.AR_ACCURACY.items() for w, v in t.items()]
+    rows += [("ar", "", f"mamba (d_conv {k})", w, v) for k, t in published.MAMBA_AR_BY_CONV.items() if k != 4
+             for w, v in t.items()]
+    rows += [("ar", "", f"based (d_conv {k})", w, v) for k, t in published.BASED_AR_BY_CONV.items() if k != 3
+             for w, v in t.items()]
+    rows += [("ar", "", a, w, v) for a, t in published.AR_VARIANT_ACCURACY.items() for w, v in t.items()]
+    rows += [("atr", g, a, w, v) for g, archs in published.ATR_ACCURACY.items() for a, t in archs.items()
+             for w, v in t.items()]
+    rows += [("atr", "easy", a, w, v) for a, t in published.ATR_EASY_ONE_LAYER.items() for w, v in t.items()]
+    rows += [("atr", "easy" + HELDOUT, a, w, v) for a, t in published.ATR_HELDOUT.items() for w, v in t.items()]
+    return pd.DataFrame(rows, columns=["task", "grammar", "arch", "width", "published"])
+
+
+def coverage_table(rates: pd.DataFrame) -> pd.DataFrame:
+    """`published_cells` with, from `rate_table`: `rates` tried, `bracketed`, and at the best rate `lr`,
+    `seeds`, `acc` with its interval and `comparison` (`decide.compare_accuracy`; "not run" where no run)."""
+    best = rates[rates["best"]].set_index(["task", "grammar", "arch", "width"])
+    rows = []
+    for _, cell in published_cells().iterrows():
+        key = (cell["task"], cell["grammar"], cell["arch"], cell["width"])
+        row = cell.to_dict() | {"rates": 0, "bracketed": False, "lr": np.nan, "seeds": 0, "acc": np.nan,
+                                "acc_lo": np.nan, "acc_hi": np.nan, "comparison": "not run"}
+        if key in best.index:
+            b = best.loc[key]
+            row |= {k: b[k] for k in ("rates", "bracketed", "lr", "seeds", "acc", "acc_lo", "acc_hi")}
+            row["comparison"] = compare_accuracy(b["acc"], b["acc_lo"], b["acc_hi"], cell["published"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def coverage_summary(coverage: pd.DataFrame) -> pd.DataFrame:
+    """Counts per table (AR, ATR by grammar): published cells, compared, with ≥ 3 rates, bracketed, with ≥ 3
+    seeds, and the comparisons (agree / differ / inconclusive)."""
+    coverage = coverage.assign(table=coverage["task"].str.upper() + np.where(coverage["grammar"] != "", " " + coverage["grammar"], ""))
+    rows = []
+    for table, part in [*coverage.groupby("table", sort=True), ("all", coverage)]:
+        ran = part[part["comparison"] != "not run"]
+        rows.append({"table": table, "published cells": len(part), "compared": len(ran),
+                     "≥ 3 rates": int((ran["rates"] >= 3).sum()), "best bracketed": int(ran["bracketed"].sum()),
+                     "≥ 3 seeds": int((ran["seeds"] >= 3).sum()),
+                     **{c: int((ran["comparison"] == c).sum()) for c in ("agree", "differ", "inconclusive")}})
+    return pd.DataFrame(rows)
+
+
+RATES = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the study's grid (`study.presets.PAPER_LRS` and its 1e-2, 3e-2)
+
+
+def rate_figure(table: pd.DataFrame) -> plt.Figure:
+    """`rate_table` drawn: a panel per task, a row per (architecture, grammar, width) with the published accuracy,
+    a column per rate of the study's grid; each tried cell coloured by its most common verdict with the mean
+    accuracy (×n: seeds) written in, the best rate outlined (dashed where it is not bracketed)."""
+    tasks = list(table.groupby("task", sort=True))
+    heights = [part.groupby(["arch", "grammar", "width"]).ngroups for _, part in tasks]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(7.2 * len(tasks), 1.6 + 0.24 * max(heights)), squeeze=False)
+    rates = sorted(set(RATES) | set(table["lr"]))
+    for ax, (task, part) in zip(axes[0], tasks):
+        cells = list(part.groupby(["arch", "grammar", "width"], sort=True))
+        for y, ((arch, grammar, width), cell) in enumerate(cells):
+            for _, r in cell.iterrows():
+                x = rates.index(r["lr"])
+                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, color=VERDICT_COLOURS.get(r["verdict"], "white"), ec="white"))
+                ax.text(x, y, f"{r['acc']:.2f}" + (f" ×{r['seeds']}" if r["seeds"] > 1 else ""), ha="center",
+                        va="center", fontsize=7)
+                if r["best"]:
+                    ax.add_patch(Rectangle((x - 0.46, y - 0.42), 0.92, 0.84, fill=False, ec="black", lw=1.6,
+                                           ls="-" if r["bracketed"] else "--"))
+        labels = [f"{arch}{' ' + grammar if grammar else ''} d={width} "
+                  f"({'–' if c['published'].iloc[0] != c['published'].iloc[0] else format(c['published'].iloc[0], '.2f')})"
+                  for (arch, grammar, width), c in cells]
+        ax.set(xlim=(-0.5, len(rates) - 0.5), ylim=(len(cells) - 0.5, -0.5), xticks=range(len(rates)),
+               yticks=range(len(cells)), title=f"{task.upper()}: accuracy by learning rate")
+        ax.set_xticklabels([f"{lr:g}" for lr in rates], fontsize=8)
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.tick_params(length=0)
+    shown = [v for v in (*LABELS, NO_VERDICT) if v in set(table["verdict"])]
+    handles = [Patch(color=VERDICT_COLOURS.get(v, "white"), label=v) for v in shown]
+    handles += [Patch(fill=False, ec="black", lw=1.6, label="best rate"),
+                Patch(fill=False, ec="black", lw=1.6, ls="--", label="best rate, not bracketed")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.text(0.5, 0.995, "Rows: architecture, width (published accuracy); colour: most common verdict over seeds",
+             ha="center", va="top", fontsize=9)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.985))
+    return fig

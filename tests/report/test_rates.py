@@ -1,0 +1,51 @@
+"""Learning-rate sensitivity and coverage of the published tables (`report.rates`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from mecheval.report.rates import coverage_summary, coverage_table, published_cells, rate_figure, rate_table
+
+
+def _runs(rows):
+    """Finished runs as `committed_runs` gives them: (arch, width, lr, seed, acc, verdict)."""
+    return pd.DataFrame([{"task.name": "ar", "grammar": "", "arch": arch, "arch_name": arch.split(" ")[0],
+                          "arch_conv": None, "model.d_model": w, "optim.lr": lr, "seed": seed, "acc": acc,
+                          "n_acc": 1024, "verdict": verdict} for arch, w, lr, seed, acc, verdict in rows])
+
+
+def test_a_best_rate_is_bracketed_only_with_a_worse_rate_on_each_side():
+    runs = _runs([("mamba", 32, 3e-3, 0, 0.23, "direct retrieval"), ("mamba", 32, 1e-2, 0, 0.59, "direct retrieval"),
+                  ("based", 32, 3e-4, 0, 0.29, "induction"), ("based", 32, 1e-3, 0, 0.71, "induction"),
+                  ("based", 32, 3e-3, 0, 0.50, "induction")])
+    table = rate_table(runs).set_index(["arch", "lr"])
+    assert table.loc[("mamba", 1e-2), "best"] and not table.loc[("mamba", 1e-2), "bracketed"]  # best at the edge
+    assert table.loc[("based", 1e-3), "best"] and table.loc[("based", 1e-3), "bracketed"]
+    assert table.loc[("based", 1e-3), "rates"] == 3 and table.loc[("mamba", 1e-2), "published"] == 0.77
+
+
+def test_seeds_of_one_rate_are_averaged_with_a_multi_bootstrap_interval():
+    runs = _runs([("attention", 64, 1e-3, s, acc, v) for s, acc, v in
+                  ((0, 1.0, "induction"), (1, 0.03, "not learned"), (2, 1.0, "induction"))])
+    [row] = rate_table(runs).to_dict("records")
+    assert row["seeds"] == 3 and row["acc"] == pytest.approx(0.677, abs=1e-3)
+    assert row["acc_lo"] < 0.1 and row["acc_hi"] > 0.99  # the bimodal seeds: wide
+    assert row["verdict"] == "induction" and row["verdicts"] == "induction 2, not learned 1"
+
+
+def test_coverage_counts_every_published_cell_and_compares_strictly():
+    runs = _runs([("attention", 64, 1e-3, 0, 0.995, "induction"), ("mamba", 128, 1e-2, 0, 0.66, "direct retrieval")])
+    coverage = coverage_table(rate_table(runs)).set_index(["task", "grammar", "arch", "width"])
+    assert len(coverage) == len(published_cells()) > 200
+    assert coverage.loc[("ar", "", "attention", 64), "comparison"] == "agree"
+    assert coverage.loc[("ar", "", "mamba", 128), "comparison"] == "differ"  # 0.66 against .90
+    assert coverage.loc[("ar", "", "attention", 32), "comparison"] == "not run"
+    summary = coverage_summary(coverage.reset_index()).set_index("table")
+    assert summary.loc["all", "compared"] == 2 and summary.loc["all", "agree"] == 1 and summary.loc["all", "differ"] == 1
+
+
+def test_the_figure_draws_every_cell():
+    runs = _runs([("mamba", 32, 3e-3, 0, 0.23, "direct retrieval"), ("mamba", 64, 1e-2, 0, 0.75, "direct retrieval")])
+    fig = rate_figure(rate_table(runs))
+    assert len(fig.axes[0].patches) == 2 + 2  # two cells, each best outlined
