@@ -210,3 +210,30 @@ def test_intervene_on_a_relative_run_directory_replaces_its_figures(tiny_study, 
     assert list((run / "interventions").glob("*.png"))
     intervene_run(run, corrupt=["key"], n=16, sites=["resid_pre"], replace=True)
     assert (run / "verdict.json").exists() and list((run / "interventions").glob("*.png"))
+
+
+def test_recheck_brings_earlier_verdicts_to_the_current_rules(tiny_study, tmp_path, monkeypatch):
+    """`mecheval relabel --recheck` on verdicts of earlier rules: each is decided anew, says which prompts it read,
+    and its per-example table is that of the prompts `intervene` reads now (unseen in training)."""
+    from mecheval import load_run
+    from mecheval.interventions.accuracy import example_ids
+    from mecheval.interventions.runs import PROMPT_FIELDS, verdict_is_current
+    from mecheval.study import run as study_run
+    from mecheval.training.prompts import run_training_ids, unseen_sample
+
+    monkeypatch.setitem(study_run.STUDIES, TINY.name, TINY)
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study[0], out)
+    verdicts = sorted(out.glob("runs/*/verdict.json"))
+    for path in verdicts:
+        row = {k: v for k, v in json.loads(path.read_text()).items() if k not in PROMPT_FIELDS}
+        path.write_text(json.dumps(row | {"rules": 3}))
+        assert not verdict_is_current(path.parent)
+    study_run.relabel_study(out, recheck=True)
+    for path in verdicts:
+        run = path.parent
+        row = json.loads(path.read_text())
+        assert verdict_is_current(run) and row["prompts"] == "unseen" and 0 <= row["seen_share"] < 1
+        _, task, cfg = load_run(run)
+        batch, _ = unseen_sample(task, 64, 0, "test", run_training_ids(run, cfg))
+        assert pd.read_parquet(run / "examples.parquet")["id"].tolist() == example_ids(batch)
