@@ -586,8 +586,8 @@ def rates_block(root: Path, page: Path) -> str:
     edge = cells[~cells["bracketed"]]
     return (f"![Accuracy and verdict of every published-scale cell at every learning rate tried]({rel})\n\n"
             f"{len(cells)} cells (task, grammar, architecture, width) at the published scale: "
-            f"{int((cells['rates'] >= 3).sum())} tried 3 or more learning rates, {int(cells['bracketed'].sum())} have "
-            f"their best rate bracketed by a worse one on each side; at the edge of what was tried: "
+            f"{int((cells['rates'] >= 3).sum())} tried 3 or more learning rates; the best rate is bracketed by a worse "
+            f"one on each side in {int(cells['bracketed'].sum())}; at the edge of what was tried: "
             + ", ".join(f"{r['arch']}{' ' + r['grammar'] if r['grammar'] else ''} d={r['width']} ({r['task']}, "
                         f"{r['lr']:g} of {r['rates']})" for _, r in edge.iterrows()) + ".")
 
