@@ -85,7 +85,7 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
     from mecheval import load_run
 
     lm, task, cfg = load_run(run_dir)
-    batch, _ = unseen_sample(task, n, seed, split, None if cfg is None else run_training_ids(run_dir, cfg))
+    batch, _ = unseen_sample(task, n, seed, split, _trained_on(run_dir, cfg))
     if batch.answer.dim() != 1:
         return None
     table = example_table(correct_answers(lm, batch), batch, subsets(lm, batch))
@@ -164,13 +164,24 @@ def read_with_controls(
         return verdict, None, None
     carriers = carriers_table(lm, task, batch, corrupt, verdict.site, verdict.layer, seed=seed,
                               subsets=masks | distance_subsets(batch))
-    pointer = None
-    if verdict.label != "not learned":
-        try:
-            pointer = pointer_control(lm, task, batch, verdict.site, verdict.layer, seed=seed, mask=masks.get(verdict.subset))
-        except NotImplementedError:  # the task defines no move
-            pass
+    pointer = None if verdict.label == "not learned" else _pointer(lm, task, batch, masks, verdict.site, verdict.layer,
+                                                                    verdict.subset, seed)
     return read_verdict(df, window, corrupt, min_effect, carriers, pointer), carriers, pointer
+
+
+def _pointer(lm, task, batch, masks: dict, site: str, layer: int, subset: str, seed: int) -> pd.DataFrame | None:
+    """The pointer control (`pointer.pointer_control`) at the read point on the verdict's subset; None where the
+    task defines no move (`Task.move`)."""
+    try:
+        return pointer_control(lm, task, batch, site, layer, seed=seed, mask=masks.get(subset))
+    except NotImplementedError:
+        return None
+
+
+def _trained_on(run_dir: Path, cfg):
+    """The prompts the run in `run_dir` trained on (`training.prompts.run_training_ids`); None for a model loaded
+    without a training config."""
+    return None if cfg is None else run_training_ids(run_dir, cfg)
 
 
 def _optional(path: Path) -> pd.DataFrame | None:
@@ -226,18 +237,15 @@ def recheck_run(readout_dir: Path, run_dir: Path, n: int, min_effect: float, see
 
     readout_dir = Path(readout_dir)
     lm, task, cfg = load_run(run_dir)
-    batch, prompts = prompts_read(lm, task, n, seed, split, run_training_ids(run_dir, cfg))
+    batch, prompts = prompts_read(lm, task, n, seed, split, _trained_on(run_dir, cfg))
     examples = _optional(readout_dir / EXAMPLES)
     if examples is None or batch.answer.dim() != 1 or examples["id"].tolist() != example_ids(batch):
         return False
     old = read_verdict_file(readout_dir)
-    if old["verdict"] != "not learned":
-        masks = subsets(lm, batch)
-        try:
-            pointer = pointer_control(lm, task, batch, old["site"], old["layer"], seed=seed, mask=masks.get(old["subset"]))
-            write_table(readout_dir, POINTER, pointer)
-        except NotImplementedError:  # the task defines no move
-            pass
+    pointer = None if old["verdict"] == "not learned" else _pointer(lm, task, batch, subsets(lm, batch), old["site"],
+                                                                     old["layer"], old["subset"], seed)
+    if pointer is not None:
+        write_table(readout_dir, POINTER, pointer)
     _relabel(readout_dir, min_effect, prompts)
     return True
 
@@ -329,9 +337,8 @@ def intervene_run(
     if not replace:
         check_replace(out_dir, corrupt, direction, method, sites, positions)
     lm, task, cfg = load_run(run_dir)
-    train_ids = None if cfg is None else run_training_ids(run_dir, cfg)
     return intervene_model(out_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
-                           skip_missing_sites, analyses, method, verify, train_ids=train_ids)
+                           skip_missing_sites, analyses, method, verify, train_ids=_trained_on(run_dir, cfg))
 
 
 def intervene_model(

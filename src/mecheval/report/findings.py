@@ -37,6 +37,8 @@ from mecheval.report.results import HELDOUT_VALUE
 # the architectures of the study's depth runs (its appendix figure): the zoo before DeltaNet joined it
 DEPTH_ZOO = ("attention", "mamba", "based", "h3", "hyena", "baseconv")
 EVAL_N = "eval.size"  # the test examples behind `acc` where a run has no intervention accuracy
+# the accuracies a run's row may hold (outside the conv reach, all intervention examples) and their example counts
+ACC_READS = (("acc_outside", "n_outside"), ("acc_all", "n_all"))
 ACCURACY, MECHANISM = "accuracy", "mechanism"  # the two parts of a claim about both
 
 
@@ -143,7 +145,7 @@ def _rows(df: pd.DataFrame, arch: str) -> pd.DataFrame:
 
 def _accuracy(row: pd.Series) -> tuple[float, int]:
     """(accuracy, examples): outside the conv reach where intervened on, else the final test accuracy."""
-    for acc, n in (("acc_outside", "n_outside"), ("acc_all", "n_all")):
+    for acc, n in ACC_READS:
         if row.get(acc) is not None and row.get(acc) == row.get(acc):
             return float(row[acc]), int(row[n])
     return float(row["acc"]), int(row.get(EVAL_N) or 0)
@@ -188,11 +190,13 @@ def _by_seed(rows: pd.DataFrame, results: list[bool | None], archs: list[str]) -
 
 def _each(archs: list[str], tests: dict[str, Test],
           describe: Callable[[pd.Series], str] = _describe) -> Callable[[pd.DataFrame], Outcome]:
-    """Reproduced where every named architecture ran and each of its runs passes every part of `tests`; not
-    reproduced where one run decidedly fails one; inconclusive where none fails but one is undecided (a test
-    gives None: an interval straddles a threshold) or a named architecture did not run (the claim is about
-    all of them). Each part's own outcome where there are several (`Outcome.parts`), and each seed's. The
-    evidence counts the runs of each kind, `describe`s each, and names the architectures that did not run."""
+    """Each part of `tests` decided over seeds (`_over_seeds`: an accuracy once per cell on its pooled seeds, a
+    mechanism on each run that learned): reproduced where every named architecture ran and every part passes;
+    not reproduced where a part decidedly fails; inconclusive where none fails but one is undecided (an
+    interval straddles a threshold) or a named architecture did not run (the claim is about all of them). Each
+    part's own outcome where there are several (`Outcome.parts`), and each seed's read on its own. The evidence
+    counts the runs that pass on their own, `describe`s each, gives each cell's pooled accuracy, and names the
+    architectures that did not run."""
 
     def check(df: pd.DataFrame) -> Outcome:
         rows = df[df["arch"].isin(archs)]
@@ -201,8 +205,9 @@ def _each(archs: list[str], tests: dict[str, Test],
         results = [all_of(test(r) for test in tests.values()) for _, r in rows.iterrows()]  # each run on its own
         missing = [a for a in archs if a not in set(rows["arch"])]
         undecided = [None] if missing else []  # an architecture the claim names that did not run decides nothing
-        by_part = {part: _over_seeds(test, rows) + undecided for part, test in tests.items()}
-        evidence = _tally(results) + "; ".join(describe(r) for _, r in rows.iterrows()) + _pooled_words(rows)
+        pools = [(len(cell), _pool(cell)) for cell in _cells(rows)]
+        by_part = {part: _over_seeds(test, rows, pools) + undecided for part, test in tests.items()}
+        evidence = _tally(results) + "; ".join(describe(r) for _, r in rows.iterrows()) + _pooled_words(pools)
         if missing:
             evidence += f"; not run: {', '.join(missing)}"
         parts = {part: outcome(r) for part, r in by_part.items()} if len(tests) > 1 else {}
@@ -226,16 +231,13 @@ def _cells(rows: pd.DataFrame) -> list[pd.DataFrame]:
     return [cell for _, cell in rows.groupby([rows[k].astype(str) for k in keys], sort=False)]
 
 
-def _over_seeds(test: Test, rows: pd.DataFrame) -> list[bool | None]:
-    """A test's decisions over seeds: an accuracy test (`pooled`) once per cell on its pooled seeds; any other
-    on each run that learned (none learned: undecided)."""
+def _over_seeds(test: Test, rows: pd.DataFrame, pools: list[tuple[int, pd.Series]]) -> list[bool | None]:
+    """A test's decisions over seeds: an accuracy test (`pooled`) once per cell on its pooled seeds (`pools`:
+    (seeds, `_pool` row) per cell); any other on each run that learned (none learned: undecided)."""
     if getattr(test, "pooled", False):
-        return [test(_pool(cell)) for cell in _cells(rows)]
+        return [test(row) for _, row in pools]
     learned = [test(r) for _, r in rows.iterrows() if r.get("verdict") != "not learned"]
     return learned or [None]
-
-
-ACC_READS = (("acc_outside", "n_outside"), ("acc_all", "n_all"))  # the accuracies a run's row may hold
 
 
 def _pool(cell: pd.DataFrame) -> pd.Series:
@@ -254,15 +256,15 @@ def _pool(cell: pd.DataFrame) -> pd.Series:
     return row
 
 
-def _pooled_words(rows: pd.DataFrame) -> str:
-    """The pooled accuracy of each cell with several seeds, in words (empty where none has)."""
+def _pooled_words(pools: list[tuple[int, pd.Series]]) -> str:
+    """The pooled accuracy of each cell with several seeds (`pools` as `_over_seeds`'), in words (empty where none has)."""
     words = []
-    for cell in _cells(rows):
-        if len(cell) > 1:
-            row, (name, _) = _pool(cell), next((a for a in ACC_READS if a[0] in cell), ("acc", None))
+    for seeds, row in pools:
+        if seeds > 1:
+            name = next((a for a, _ in ACC_READS if a in row.index), "acc")
             lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
             shown = with_interval(row[name], lo, hi) if lo == lo and lo is not None else f"{row[name]:.2f}"
-            words.append(f"{row['arch']} d={row['model.d_model']}{_on(row)} over {len(cell)} seeds: acc {shown}")
+            words.append(f"{row['arch']} d={row['model.d_model']}{_on(row)} over {seeds} seeds: acc {shown}")
     return "; " + "; ".join(words) if words else ""
 
 
@@ -293,7 +295,7 @@ def _near_chance(row: pd.Series) -> bool:
 
 def _acc_at_least(row: pd.Series, t: float) -> bool | None:
     """Accuracy >= t, decided by its Wilson interval where the run has one (else its point estimate)."""
-    for name in ("acc_outside", "acc_all"):
+    for name, _ in ACC_READS:
         value, lo = row.get(name), row.get(f"{name}_lo")
         if value is not None and value == value and lo is not None and lo == lo:
             return above(lo, row.get(f"{name}_hi"), t)

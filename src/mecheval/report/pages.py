@@ -27,8 +27,8 @@ KINDs:
                 docs/figures/rates.csv, and how many cells have their best rate bracketed)
     coverage    the published accuracy cells: how many we compared, with how many rates and seeds, and the
                 strict comparisons counted (`rates.coverage_summary`)
-    prompts     per study, the share of test prompts seen in training, and accuracy on all prompts beside
-                accuracy on the unseen ones the readouts read (verdict.json)
+    prompts     per scale and task, the share of test prompts seen in training, and accuracy on all prompts
+                beside accuracy on the unseen ones the readouts read (verdict.json)
     pointers    every learned run whose query carries part of the effect, with its pointer control
 
 Studies are selected by `study=DIR`, or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
@@ -565,20 +565,16 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
 # ---- learning rates, coverage, prompts seen in training -------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _rates(root: Path) -> pd.DataFrame:
+def rates_data(root: Path) -> pd.DataFrame:
     """`rates.rate_table` of every published-scale study's runs (results/paper-d*/, but EXPLORATIONS)."""
     chosen = [s for s in studies(root) if s.parent.name.startswith("paper-d")
               and f"{s.parent.name}/{s.name}" not in EXPLORATIONS]
     return rate_table(committed_runs([_table(str(root / s)) for s in chosen]))
 
 
-def rates_data(root: Path) -> pd.DataFrame:
-    return _rates(Path(root))
-
-
 def rates_block(root: Path, page: Path) -> str:
     """The rates figure and, in words, how many cells tried how many rates and have their best bracketed."""
-    table = _rates(Path(root))
+    table = rates_data(Path(root))
     if table.empty:
         raise PageError(f"{page}: the rates block finds no published-scale runs (results/paper-d*/)")
     cells = table[table["best"]]
@@ -594,7 +590,7 @@ def rates_block(root: Path, page: Path) -> str:
 
 def coverage_block(root: Path) -> str:
     """The coverage counts (`rates.coverage_summary`) and the rule that compares."""
-    summary = coverage_summary(coverage_table(_rates(Path(root))))
+    summary = coverage_summary(coverage_table(rates_data(Path(root))))
     return (_markdown(summary.to_dict("records")) + f"\n\nCompared: a cell with a committed run at the published "
             f"scale; its accuracy is the best rate's (mean over seeds). {RULE}")
 

@@ -32,8 +32,8 @@ PAPER_TRAIN_ORDER = "replay"
 
 AR_PAPER = {"name": "ar", "params": {}}
 AR_CPU = {"name": "ar", "params": {"n_pairs": 4, "n_keys": 64, "n_values": 64}}
-# the quick study's: on 4 pairs attention retrieves by a positional pointer on most seeds (results/cpu/quick seeds 1, 2;
-# /tmp notes of issue 52), on 8 it does induction wherever it learns (results/cpu/attention-pairs)
+# the quick study's: on 4 pairs attention retrieves by a positional pointer on most seeds (results/cpu/quick seeds 1, 2),
+# on 8 it does induction wherever it learns (results/cpu/attention-pairs, cpu/quick-8pairs, cpu/quick-8pairs-seeds345)
 AR_CPU_QUICK = {"name": "ar", "params": {"n_pairs": 8, "n_keys": 64, "n_values": 64}}
 ATR_GRAMMARS = ["easy", "medium", "large_vocab"]
 

@@ -139,14 +139,14 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False)
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         for split in ("test", *study.splits):
-            if (_readout_dir(run_dir, split) / "interventions.parquet").exists():
-                readouts = _readout_dir(run_dir, split)
+            readouts = _readout_dir(run_dir, split)
+            if (readouts / "interventions.parquet").exists():
                 if repatch:
                     _intervene(run_dir, study, meta["n_examples"], split)
                 elif recheck and not recheck_run(readouts, run_dir, meta["n_examples"], study.min_effect, split=split):
                     _intervene(run_dir, study, meta["n_examples"], split, skip=RECHECK_KEEPS)
                 elif not recheck:
-                    relabel_run(_readout_dir(run_dir, split), study.min_effect)
+                    relabel_run(readouts, study.min_effect)
         if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists():
             write_examples(run_dir, meta["n_examples"])
     return build_report(out)
