@@ -4,7 +4,7 @@ it, `not run` without the architectures it names."""
 import pandas as pd
 import pytest
 
-from mecheval.report.findings import DEPTH_ZOO, FINDINGS
+from mecheval.report.findings import DEPTH_ZOO, FINDINGS, checked
 
 
 def runs(*rows) -> pd.DataFrame:
@@ -221,12 +221,27 @@ def test_an_atr_claim_naming_no_grammar_is_read_per_grammar():
     rows = pd.concat([easy.assign(**{"task.params.grammar": "easy"}), lv.assign(**{"task.params.grammar": "large_vocab"})],
                      ignore_index=True).assign(**{"task.name": "atr"})
     each = FINDINGS["atr_mamba_noconv_induction"].check_each(rows)
-    assert {g: o.status for g, o in each.items()} == {"easy": "reproduced", "large_vocab": "not reproduced"}
-    assert each["easy"].seed_share() == "3 of 3 seeds"
+    assert {g: o.status for g, o in each.items()} == {"on easy": "reproduced", "on large_vocab": "not reproduced"}
+    assert each["on easy"].seed_share() == "3 of 3 seeds"
     overall = FINDINGS["atr_mamba_noconv_induction"].check(rows)
     assert overall.status == "not reproduced" and overall.parts["on easy"].startswith("reproduced")
-    assert FINDINGS["atr_mamba_noconv_induction"].check_each(rows.iloc[:1]).keys() == {"easy"}  # one grammar, named
+    assert FINDINGS["atr_mamba_noconv_induction"].check_each(rows.iloc[:1]).keys() == {"on easy"}  # one grammar, named
     assert FINDINGS["mamba_direct"].check_each(CASES["mamba_direct"][0]).keys() == {""}  # AR: no grammar
+
+
+def test_a_claim_whose_runs_span_widths_is_read_per_width():
+    """Induction at d = 64 and direct retrieval at d = 128: each width its own outcome, in reading order, and the
+    claim as read at each width names it; one width alone is read as a whole."""
+    rows = runs(("attention", 1.0, IND, 1.0, 0.0, 0.0, 0.25), ("attention", 1.0, DIR, 0.0, 1.0, 0.0, 0.25),
+                ("attention", 1.0, IND, 1.0, 0.0, 0.0, 0.25)).assign(
+        **{"model.d_model": [128, 128, 64], "task.name": "ar", "arch_name": "attention", "arch_conv": None})
+    each = FINDINGS["attention_induction"].check_each(rows)
+    assert list(each) == ["at d = 64", "at d = 128"]
+    assert each["at d = 64"].status == "reproduced" and each["at d = 128"].status == "not reproduced"
+    overall = FINDINGS["attention_induction"].check(rows)
+    assert overall.status == "not reproduced" and overall.parts["at d = 64"].startswith("reproduced")
+    assert [c for _, c, _ in checked(["attention_induction"], rows)][0].endswith("(at d = 64).")
+    assert FINDINGS["attention_induction"].check_each(rows.iloc[[2]]).keys() == {""}
 
 
 def test_the_atr_twist_is_stated_as_measured():

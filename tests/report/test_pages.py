@@ -100,3 +100,29 @@ def test_a_study_names_the_command_that_made_it_and_the_runs_it_did_not(tmp_path
     assert _made_by(tmp_path, command) == f"Made by `{command}`."
     (tmp_path / "runs" / "by-hand").mkdir()  # a run an earlier call made
     assert _made_by(tmp_path, command).startswith(f"`{command}` makes 1 of its 2 runs; earlier calls made the others")
+
+
+def test_the_findings_table_is_one_row_per_finding_with_accuracy_and_mechanism_apart(tmp_path):
+    """The README's table: one line per finding (no stacked `<br>` lines), one outcome, its parts apart, and a
+    sentence counting the outcomes; on the 4-pair quick study attention's seeds 1-2 are positional pointers, so
+    its mechanism fails while its accuracy holds."""
+    root = _tree(tmp_path, "findings scale=cpu")
+    page = root / "docs" / "page.md"
+    page.write_text(page.read_text() + "\n<!-- generated: pooled name=q scale=cpu -->\n<!-- end generated -->\n")
+    block = generate(root)[Path("docs/page.md")].split("<!-- generated: findings scale=cpu -->")[1].split("<!-- end generated -->")[0]
+    assert "<br>" not in block
+    rows = [line.split(" | ") for line in block.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    assert [r[0] for r in rows] == ["| 1", "| 2", "| 3", "| 4"]  # the quick study's four findings
+    attention = next(r for r in rows if r[1].startswith("Attention"))
+    assert attention[2:5] == ["**not reproduced**", "reproduced", "not reproduced"]
+    assert attention[8] == "mechanism not reproduced"
+    statuses = [r[2].strip("*") for r in rows]
+    assert (f"Of the 4 published findings our `cpu` runs check, {statuses.count('reproduced')} reproduce, "
+            f"{statuses.count('not reproduced')} do not") in block
+
+
+def test_checks_are_one_line_each_and_kept_to_their_scale(tmp_path):
+    root = _tree(tmp_path, "checks scale=cpu")
+    block = generate(root)[Path("docs/page.md")]
+    assert "<br>" not in block and block.count("| cpu |") == 4  # one line per finding the study checks
+    assert "| cpu |" not in generate(_tree(tmp_path / "b", "checks scale=paper-d*")).get(Path("docs/page.md"), "")

@@ -7,7 +7,8 @@ together, never one failing seed against the rest: an accuracy is read per cell 
 grammar) as the mean over its seeds with the multi-bootstrap interval (`decide.multi_bootstrap`), so seeds
 that disagree leave it inconclusive; a mechanism is read on every seed that learned (a seed that did not
 learn has no mechanism to read). `Outcome.seeds` still says how each seed reads on its own.
-An ATR claim that names no grammar is read per grammar (`Finding.check_each`), never pooled across them.
+An ATR claim that names no grammar is read per grammar, and a claim whose runs span several widths per width
+(`Finding.check_each`), never pooled across them.
 Accuracy is read on the examples outside the conv reach (`acc_outside`, the artefact control) where the run
 was intervened on, else the final test accuracy. "High accuracy" is >= HIGH_ACC; "near chance" means not
 significantly above the task's chance accuracy (one-sided binomial test, 5%), so a model at 0.45 on 4 pairs
@@ -74,6 +75,23 @@ def _grammars(df: pd.DataFrame) -> pd.Series:
     return grammar.where(grammar.notna(), "easy").where(atr, None)
 
 
+def _spans(df: pd.DataFrame, named: pd.DataFrame, by_grammar: bool) -> pd.Series:
+    """Each row's span for reading a claim apart: `on GRAMMAR` for an ATR run where `by_grammar`, `at d = W` where
+    the claim's runs (`named`) have several widths, joined (`on easy at d = 64`); None where neither applies."""
+    grammars = _grammars(df) if by_grammar else pd.Series(None, index=df.index, dtype=object)
+    widths = df["model.d_model"] if "model.d_model" in df else pd.Series(None, index=df.index, dtype=object)
+    several = widths[named.index].dropna().nunique() > 1
+    words = [" ".join(filter(None, (isinstance(g, str) and f"on {g}", several and pd.notna(w) and f"at d = {int(w)}"))) or None
+             for g, w in zip(grammars, widths)]
+    return pd.Series(words, index=df.index, dtype=object)
+
+
+def _span_order(span: str) -> tuple:
+    """Spans in reading order: by grammar, then by width as a number (d = 16 before d = 128)."""
+    grammar, _, width = span.partition("at d = ")
+    return grammar, int(width) if width else 0
+
+
 @dataclass(frozen=True)
 class Finding:
     id: str
@@ -83,27 +101,27 @@ class Finding:
     needs_all: bool = False  # a comparison: it applies only where every one of `archs` ran
     grammar: str | None = None  # an ATR claim about one grammar reads only that grammar's runs
     where_learned: bool = False  # a claim of high accuracy: it reads the runs where the study's own is high
+    part: str = MECHANISM  # what a claim of one part is about (ACCURACY or MECHANISM)
 
     def check_each(self, df: pd.DataFrame) -> dict[str, Outcome]:
-        """grammar -> the outcome on that ATR grammar's best-learning-rate runs (`check_rows`), for each grammar the
-        runs of the claim's architectures are on, where the claim names none; else {"": the outcome}."""
-        grammars = _grammars(df)
-        named = df[df["arch"].isin(self.archs)] if self.archs else df
-        spans = [] if self.grammar else sorted(grammars[named.index].dropna().unique())
-        if not spans:
+        """span -> the outcome on that span's best-learning-rate runs (`check_rows`): each ATR grammar the claim's
+        runs are on where the claim names none (`on easy`), each width where they span several (`at d = 64`), or
+        both (`on easy at d = 64`); {"": the outcome} where the runs span one of each."""
+        spans = _spans(df, df[df["arch"].isin(self.archs)] if self.archs else df, by_grammar=not self.grammar)
+        labels = sorted(spans.dropna().unique(), key=_span_order)
+        if not labels:
             return {"": self.check_rows(df)}
-        return {g: self.check_rows(df[grammars == g]) for g in spans}
+        return {s: self.check_rows(df[spans == s]) for s in labels}
 
     def check(self, df: pd.DataFrame) -> Outcome:
-        """The outcome over every grammar `check_each` reads apart: the worst of them, each grammar where the
-        finding ran a part (its words: status, parts and seeds)."""
+        """The outcome over every span `check_each` reads apart: the worst of those where the finding ran, each
+        such span a part (its words: status, parts and seeds); the evidence of every span."""
         each = self.check_each(df)
         ran = {g: o for g, o in each.items() if o.status != NOT_RUN}
         if len(each) == 1 or not ran:
             return next(iter(each.values()))
-        each = ran
-        evidence = "; ".join(f"on {g}: {o.evidence}" for g, o in each.items())
-        return Outcome(worst(o.status for o in each.values()), evidence, {f"on {g}": o.words() for g, o in each.items()})
+        evidence = "; ".join(f"{g}: {o.evidence}" for g, o in each.items())  # a span not run says why (left out)
+        return Outcome(worst(o.status for o in ran.values()), evidence, {g: o.words() for g, o in ran.items()})
 
     def check_rows(self, df: pd.DataFrame) -> Outcome:
         """The outcome on the best-learning-rate runs `df` (those of `grammar` where the claim names one; where
@@ -121,6 +139,13 @@ class Finding:
         note = f"left out, the published accuracy there being below {HIGH_ACC:g}: {', '.join(left)}"
         return Outcome(result.status, f"{result.evidence}; {note}" if result.status != NOT_RUN else note,
                        result.parts, result.seeds)
+
+    def part_statuses(self, df: pd.DataFrame) -> dict[str, str]:
+        """ACCURACY / MECHANISM -> its status over every span `check_each` reads (the worst), for the parts the
+        claim has (a claim of one part: its `part`); {} where nothing ran."""
+        ran = [o for o in self.check_each(df).values() if o.status != NOT_RUN]
+        parts = [o.parts or {self.part: o.status} for o in ran]
+        return {k: worst(p[k] for p in parts if k in p) for k in (ACCURACY, MECHANISM) if any(k in p for p in parts)}
 
     def applies(self, ran: list[str]) -> bool:
         """Does the finding concern the architectures that ran (any of its own; all, for a comparison)?"""
@@ -285,7 +310,9 @@ def each(id: str, claim: str, archs: list[str], test: Test | dict[str, Test],
     """A finding about every run of `archs` (`_each`): `test` one run's, or part -> its test for a claim of
     several parts (ACCURACY, MECHANISM)."""
     tests = test if isinstance(test, dict) else {"": test}
-    return Finding(id, claim, _each(archs, tests, describe), tuple(archs), grammar=grammar, where_learned=where_learned)
+    part = ACCURACY if getattr(test, "pooled", False) else MECHANISM  # a claim of one part: which
+    return Finding(id, claim, _each(archs, tests, describe), tuple(archs), grammar=grammar, where_learned=where_learned,
+                   part=part)
 
 
 def _near_chance(row: pd.Series) -> bool:
@@ -472,7 +499,7 @@ FINDINGS: dict[str, Finding] = {
              [arch_label("mamba", None, 1)], pooled(_high), grammar="easy"),
         Finding("atr_mamba_vs_attention", "On ATR, Mamba is at least as accurate as attention on each grammar "
                 f"both ran (within {MARGIN}, on the same examples: all, and those outside both conv reaches).",
-                _mamba_vs_attention, ("mamba", "attention"), needs_all=True),
+                _mamba_vs_attention, ("mamba", "attention"), needs_all=True, part=ACCURACY),
         each("atr_storage", "On ATR, only attention and Based store the association at the value (attrib@value high); "
              "Mamba, H3 and Hyena do not.", [*STORES_AT_VALUE, *RETRIEVES], _storage(), _describe_value()),
         each("atr_heldout_storage", "On ATR easy's held-out (query, target) pairs, attention and Based store the "
@@ -488,14 +515,15 @@ FINDINGS: dict[str, Finding] = {
 }
 
 
-def claim_on(claim: str, grammar: str) -> str:
-    """The claim as read on one ATR grammar: `… (on GRAMMAR).`; the claim itself where `grammar` is empty."""
-    return f"{claim.removesuffix('.')} (on {grammar})." if grammar else claim
+def claim_on(claim: str, span: str) -> str:
+    """The claim as read on one span (`Finding.check_each`): `… (on easy at d = 64).`; the claim itself where
+    `span` is empty."""
+    return f"{claim.removesuffix('.')} ({span})." if span else claim
 
 
 def checked(fids: list[str], best: pd.DataFrame) -> list[tuple[str, str, Outcome]]:
-    """(id, claim, outcome) of each finding `fids` on the best-learning-rate runs `best`, one per ATR grammar
-    where it is read per grammar (`Finding.check_each`, `claim_on`)."""
+    """(id, claim, outcome) of each finding `fids` on the best-learning-rate runs `best`, one per span (grammar,
+    width) where it is read apart (`Finding.check_each`, `claim_on`)."""
     return [(f, claim_on(FINDINGS[f].claim, g), o) for f in fids for g, o in FINDINGS[f].check_each(best).items()]
 
 

@@ -54,8 +54,8 @@ from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_run, formation_table, state_table,
                                    study_findings, summarise)
 from mecheval.report.compare import heldout_cells, published_accuracy, published_heldout, published_verdict
-from mecheval.report.decide import NOT_RUN, RULE, compare_accuracy
-from mecheval.report.findings import FINDINGS, Outcome, checked, conv_evidence, finding_row
+from mecheval.report.decide import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE, compare_accuracy
+from mecheval.report.findings import ACCURACY, FINDINGS, MECHANISM, Finding, Outcome, checked, conv_evidence, finding_row
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
 from mecheval.report.rates import committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
 from mecheval.report.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
@@ -78,6 +78,7 @@ WIDTH_DIR = FIGURE_DIR / "widths"  # per study spanning several widths: SCALE-NA
 RATES_DATA, RATES_PNG = FIGURE_DIR / "rates.csv", FIGURE_DIR / "rates.png"  # the `rates` block's figure
 # published-scale studies of other builds and protocols (Mamba's initialisations, attention's data protocols):
 # not cells of the published tables, so left out of the rates and the coverage
+PUBLISHED_SCALES = "paper-d*"  # the scales of the published design (its widths); the findings block reads these
 EXPLORATIONS = ("paper-d64/mamba-published", "paper-d64/attention-protocol")
 POOL_DIR = FIGURE_DIR / "pooled"  # per `pooled` block: NAME.csv (the box figure's runs) and NAME-widths.csv, with .png
 
@@ -167,34 +168,94 @@ def _examples(df: pd.DataFrame) -> str:
     return "–" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
 
 
-def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]:
-    """One row per published finding (in `FINDINGS` order) that a committed study checks; per study that
-    checks it, on its best-learning-rate runs as its report reads them, then per pooled block of the pages
-    (its studies read as one, every seed at the pool's best rate): our outcome, the seeds, the intervention
-    examples per run, the scale and a link (one line each)."""
-    checks: dict[tuple[int, str], list[dict]] = {}  # (the finding's place in FINDINGS, claim) -> a line per check
+def findings_rows(root: Path, page: Path, index: dict[Path, Path], scale: str = "*") -> list[dict]:
+    """One row per check of a published finding (in `FINDINGS` order) by a committed study of a scale matching
+    `scale` (a glob: `cpu`, `paper-d*`): per study that checks it, on its best-learning-rate runs as its report
+    reads them, then per pooled block of the pages (its studies read as one, every seed at the pool's best rate):
+    our outcome, the seeds, the intervention examples per run, the scale and a link."""
+    checks: list[tuple[int, str, int, dict]] = []  # (the finding's place in FINDINGS, claim, order of the check, row)
 
     def check(fids: list[str], best: pd.DataFrame, scale: str, link: str) -> None:
         stale = any(not verdict_is_current(Path(d)) for d in best["run_dir"] if (Path(d) / "verdict.json").exists())
         for fid, claim, outcome in checked(fids, best):
             if outcome.status != NOT_RUN:
-                checks.setdefault((list(FINDINGS).index(fid), claim), []).append({"ours": _ours(outcome) + (f" {EARLIER_RULES}" if stale else ""),
-                                                     "seeds": _seeds(best), "examples": _examples(best),
-                                                     "scale": scale, "study": link})
+                checks.append((list(FINDINGS).index(fid), claim, len(checks), {
+                    "published finding": claim, "ours": _ours(outcome) + (f" {EARLIER_RULES}" if stale else ""),
+                    "seeds": _seeds(best), "examples": _examples(best), "scale": scale, "study": link}))
 
     for study in studies(root):
         meta = _meta(root / study)
-        if meta.get("findings"):
+        if meta.get("findings") and fnmatch.fnmatchcase(study.parent.name, scale):
             df = _table(str(root / study))
             check(meta["findings"], best_runs(df), study.parent.name, _link(root, page, study, index))
     for pool_page, args in pooled_specs(root):  # the pages' pools: several studies' seeds read as one
         chosen, df = _pooled(root, args, pool_page)
+        if not any(fnmatch.fnmatchcase(s.parent.name, scale) for s in chosen):
+            continue
         name = _pool_name(args, pool_page)
         rel = os.path.relpath(pool_page, page.parent).replace(os.sep, "/")
         scales = ", ".join(sorted({s.parent.name for s in chosen}))
         check(_pool_findings(root, chosen), best_runs(df), f"{scales} (pooled)", f"[{name}]({rel}#{POOL_ANCHOR}{name})")
-    return [{"published finding": claim, **{col: "<br>".join(c[col] for c in lines) for col in lines[0]}}
-            for (_, claim), lines in sorted(checks.items())]
+    return [row for *_, row in sorted(checks, key=lambda c: c[:3])]
+
+
+def headline_rows(root: Path, page: Path, scale: str = PUBLISHED_SCALES) -> list[dict]:
+    """One row per published finding a `pooled` block of the pages checks (in `FINDINGS` order) on studies of a
+    scale matching `scale` (a glob): its reading on the pool holding the most best-learning-rate runs of the
+    claim's architectures (its studies' seeds read as one): the outcome, accuracy and mechanism apart (each the worst over the spans the claim
+    is read on, `Finding.part_statuses`), the seeds and learning rates behind it, the examples per run, what does
+    not reproduce, in words, and a link to the pool."""
+    best: dict[str, tuple[int, pd.DataFrame, pd.DataFrame, str]] = {}  # finding -> (runs, its pool's best rows, all rows, link)
+    for pool_page, args in pooled_specs(root):
+        chosen, df = _pooled(root, args, pool_page)
+        if not all(fnmatch.fnmatchcase(s.parent.name, scale) for s in chosen):
+            continue
+        name = _pool_name(args, pool_page)
+        link = f"[{name}]({os.path.relpath(pool_page, page.parent).replace(os.sep, '/')}#{POOL_ANCHOR}{name})"
+        top = best_runs(df)
+        for fid in _pool_findings(root, chosen):
+            runs = int(top["arch"].isin(FINDINGS[fid].archs).sum())
+            if runs > best.get(fid, (0,))[0]:
+                best[fid] = (runs, top, df, link)
+    rows = []
+    for fid in (f for f in FINDINGS if f in best):
+        _, top, df, link = best[fid]
+        finding = FINDINGS[fid]
+        outcome, parts = finding.check(top), finding.part_statuses(top)
+        mine = top[top["arch"].isin(finding.archs)]
+        rows.append({"#": str(len(rows) + 1), "published finding": finding.claim, "ours": f"**{outcome.status}**",
+                     "accuracy": parts.get(ACCURACY, "–"), "mechanism": parts.get(MECHANISM, "–"),
+                     "seeds": _seeds(mine), "learning rates": _rates(df[df["arch"].isin(finding.archs)]),
+                     "examples per run": _examples(mine), "what does not reproduce": _failing(finding, top), "pool": link})
+    return rows
+
+
+def _rates(df: pd.DataFrame) -> str:
+    """The learning rates tried, `1e-3, 3e-3, 1e-2`; the best per cell is read."""
+    return ", ".join(f"{lr:.0e}".replace("e-0", "e-") for lr in sorted(df["optim.lr"].dropna().unique())) or "–"
+
+
+def _failing(finding: Finding, best: pd.DataFrame) -> str:
+    """Each span (grammar, width) where `finding` does not reproduce, with the parts that fail: `at d = 128:
+    accuracy not reproduced`; `–` where every span reproduces."""
+    words = []
+    for span, o in finding.check_each(best).items():
+        if o.status in (NOT_RUN, REPRODUCED):
+            continue
+        failing = [f"{part} {status}" for part, status in (o.parts or {finding.part: o.status}).items() if status != REPRODUCED]
+        words.append(f"{span}: {', '.join(failing)}" if span else ", ".join(failing))
+    return "; ".join(words) or "–"
+
+
+def headline_summary(rows: list[dict], scale: str = PUBLISHED_SCALES) -> str:
+    """One sentence over `headline_rows` of `scale`: how many findings reproduce, how many do not (their rows) and
+    how many the data leave undecided."""
+    status = [r["ours"].strip("*") for r in rows]
+    failing = [r["#"] for r, s in zip(rows, status) if s == NOT_REPRODUCED]
+    named = f" (rows {', '.join(failing)})" if failing else ""
+    where = "published-scale" if scale == PUBLISHED_SCALES else f"`{scale}`"
+    return (f"Of the {len(rows)} published findings our {where} runs check, {status.count(REPRODUCED)} reproduce, "
+            f"{status.count(NOT_REPRODUCED)} do not{named}, and the data leave {status.count(INCONCLUSIVE)} inconclusive.")
 
 
 def _ours(o: Outcome) -> str:
@@ -705,7 +766,11 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
     """The body of one generated block of `page`."""
     kind, args = _spec(spec, page)
     if kind == "findings":
-        rows = findings_rows(root, page, index)
+        scale = args.get("scale", PUBLISHED_SCALES)
+        rows = headline_rows(root, page, scale)
+        body = headline_summary(rows, scale) + "\n\n" + _markdown(rows)
+    elif kind == "checks":
+        rows = findings_rows(root, page, index, args.get("scale", "*"))
         body = _markdown(rows)
         if any(EARLIER_RULES in r["ours"] for r in rows):
             body += f"\n\n{EARLIER_RULES} Some of the verdicts behind the outcome were {EARLIER_NOTE}"
@@ -733,7 +798,7 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
         body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
     else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, studies, published, figure, widths, pooled, "
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, checks, studies, published, figure, widths, pooled, "
                         "costs, rounding, rates, coverage, prompts, pointers)")
     return body.rstrip() + "\n"
 
