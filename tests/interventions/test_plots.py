@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from mecheval.interventions.plots import attrib_grid, heatmap, layer_profile
+from mecheval.interventions.plots import attrib_grid, conv_window_heatmap, heatmap, layer_profile
 
 
 def table() -> pd.DataFrame:
@@ -55,3 +55,27 @@ def test_a_model_with_nothing_to_attribute_still_draws(tmp_path):
     assert list(grid.columns) == ["key", "value", "query"] and grid.isna().all().all()
     heatmap(df, "resid_pre", tmp_path / "h.png")
     assert (tmp_path / "h.png").stat().st_size > 1000
+
+
+def _legible(fig: Figure) -> None:
+    """Every text >= 9 pt (15 px at the 120 dpi figures are saved at) and no two tick labels of an axes overlapping."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    assert min(t.get_fontsize() for t in fig.findobj(Text) if t.get_text() and t.get_visible()) >= 9
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_heatmaps_stay_legible_with_long_position_names(tmp_path):
+    """The positions `query` and `key&query` side by side once collided ("querykey&query")."""
+    rows = table()
+    longer = rows.assign(position=rows["position"].map({"key": "key&query", "value": "value&key+2", "query": "sep"}))
+    ax = heatmap(pd.concat([rows, longer]), "resid_pre")
+    _legible(ax.figure)
+    window = pd.DataFrame([dict(direction=d, layer=l, site=s, offset=o, attrib=0.5) for d in ("key", "value")
+                           for l in (0, 1) for s in ("conv_out", "resid_post") for o in (-1, 0, 1, 2, 3)])
+    _legible(conv_window_heatmap(window))

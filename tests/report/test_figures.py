@@ -2,6 +2,8 @@
 
 import itertools
 
+import matplotlib.pyplot as plt
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -31,3 +33,27 @@ def test_tick_labels_and_cell_values_do_not_overlap(n):
     assert len(values) == 2 * n
     assert not any(a.overlaps(b) for a, b in itertools.combinations(values, 2))
     assert "read here" in ax.get_xlabel()
+
+
+def test_the_study_figure_is_one_legible_figure_per_task_and_scale():
+    """Each (task, scale) a figure of its own, no wider than the docs' column at 96 dpi, every text >= 9 pt
+    (12 px at 96 dpi), and no two tick labels of a panel overlapping."""
+    from matplotlib.text import Text
+
+    from mecheval.report.study_figure import FIGURE_WIDTH_IN, groups, study_panels
+
+    rows = [{"task": t, "scale": s, "arch": a, "quantity": q, "source": src, "value": v, "run": ""}
+            for t, s in (("ar", "paper-d64"), ("atr", "cpu")) for a in ("attention", "mamba (d_conv 0)", "based")
+            for q in ("accuracy", "@key", "@value", "@query") for src, v in (("ours", 0.5), ("published", 0.9))]
+    data = pd.DataFrame(rows)
+    assert groups(data) == [("ar", "paper-d64"), ("atr", "cpu")]
+    fig = study_panels(data, "ar", "paper-d64")
+    fig.canvas.draw()
+    assert fig.get_figwidth() * 96 <= 700
+    texts = [t for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+    assert min(t.get_fontsize() for t in texts) >= 9
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.get_yticklabels() + ax.get_xticklabels() if t.get_text()]
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)

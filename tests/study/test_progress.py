@@ -1,20 +1,41 @@
-"""The study's training bar names each unfinished run's step."""
+"""The study's training bars: the study's steps over every run (finished runs in full) and each running run's step."""
 
 from __future__ import annotations
 
 import json
+import time
 
-from mecheval.study.progress import last_step, training_now
+from mecheval.study import progress
+from mecheval.study.progress import last_step, steps_done, training_bars
 
 
-def test_training_now_names_the_steps_of_unfinished_runs(tmp_path):
-    for name, steps, finished in (("a", [10, 20], False), ("b", [10], True), ("c", [], False)):
-        run = tmp_path / "runs" / name
+def _runs(root, runs):
+    for name, steps, finished in runs:
+        run = root / "runs" / name
         run.mkdir(parents=True)
         (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in steps))
         if finished:
             (run / "summary.json").write_text("{}")
-    assert training_now(tmp_path) == "a step 20"
+
+
+def test_steps_done_counts_finished_runs_in_full_and_running_ones_at_their_step(tmp_path):
+    _runs(tmp_path, [("a", [10, 20], False), ("b", [10], True), ("c", [], False)])
+    planned = {"a": 100, "b": 100, "c": 100, "d": 100}  # b stopped early at 10; d has not started
+    assert steps_done(tmp_path, planned) == {"a": 20, "b": 100, "c": None, "d": None}
+
+
+def test_the_bars_show_the_study_in_steps_and_each_running_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    _runs(tmp_path, [("a", [10, 20], False), ("b", [10], True)])
+    with training_bars(tmp_path, {"a": 100, "b": 100}) as finished:
+        finished(object())
+        time.sleep(0.2)
+    err = capsys.readouterr().err
+    assert "120/200" in err and "1 of 2 runs done" in err  # the study: b in full, a at step 20
+    assert "a:" in err and "20/100" in err  # a's own bar
+    with training_bars(tmp_path, {"a": 100}, quiet=True) as finished:
+        finished()
+    assert capsys.readouterr().err == ""
 
 
 def test_a_torn_last_line_reads_the_record_before_it(tmp_path):

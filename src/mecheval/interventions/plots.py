@@ -22,6 +22,8 @@ from matplotlib.figure import Figure
 from mecheval.common import atomic_write_bytes
 
 
+TEXT_PT = 9  # the smallest text of a heatmap: 15 px at the 120 dpi it is saved at
+
 def _figure(ax: Axes | None, path, size: tuple[float, float]) -> tuple[Figure, Axes]:
     """The Axes to draw on: `ax`; else a new pyplot figure (shown in notebooks), or, when only written to
     `path`, a Figure outside pyplot (no backend, nothing to close)."""
@@ -82,10 +84,10 @@ def heatmap(df: pd.DataFrame, site: str, path: str | Path | None = None, title: 
     caption = one_subset(df, subset)[1]
     verified = df["verified"].astype(float).fillna(0) if "verified" in df and df["verified"].notna().any() else None
     checked = grid * 0 if verified is None else attrib_grid(df.assign(v=verified), site, "v", subset=subset)
-    fig, ax = _figure(ax, path, (1.0 + 0.6 * grid.shape[1], 1.2 + 0.5 * grid.shape[0]))
+    fig, ax = _figure(ax, path, (1.6 + 0.95 * grid.shape[1], 1.6 + 0.55 * grid.shape[0]))
     im = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
-    ax.set_yticks(range(grid.shape[0]), grid.index)
+    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns], rotation=30, ha="right", fontsize=TEXT_PT)
+    ax.set_yticks(range(grid.shape[0]), grid.index, fontsize=TEXT_PT)
     ax.set_xlabel("position")
     ax.set_ylabel("layer")
     estimated = verified is not None and (checked.to_numpy() == 0).any()
@@ -93,7 +95,7 @@ def heatmap(df: pd.DataFrame, site: str, path: str | Path | None = None, title: 
     if grid.size <= 200:
         for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
             mark = " ✓" if checked.iat[i, j] > 0 else ""
-            ax.text(j, i, f"{v:.2f}{mark}", ha="center", va="center", fontsize=7, color="w" if v < 0.5 else "k")
+            ax.text(j, i, f"{v:.2f}{mark}", ha="center", va="center", fontsize=TEXT_PT, color="w" if v < 0.5 else "k")
     fig.colorbar(im, ax=ax, label="attrib")
     if path is not None:
         save(fig, path)
@@ -137,7 +139,8 @@ def conv_window_heatmap(window: pd.DataFrame, path: str | Path | None = None, ti
     """One panel per direction: rows (layer, site), columns offset from the queried key (and `joint`);
     on `fig` (or a new one), written to `path` where given."""
     directions = list(dict.fromkeys(window["direction"]))
-    size = (3.6 * len(directions), 0.6 + 0.45 * window.groupby(["layer", "site"]).ngroups)
+    n_cols = window["offset"].nunique()
+    size = ((1.8 + 0.8 * n_cols) * len(directions), 1.4 + 0.5 * window.groupby(["layer", "site"]).ngroups)
     fig = fig if fig is not None else _figure(None, path, size)[0]
     fig.clear()
     axes = fig.subplots(1, len(directions), squeeze=False)
@@ -148,12 +151,12 @@ def conv_window_heatmap(window: pd.DataFrame, path: str | Path | None = None, ti
         grid = part.pivot_table(index="row", columns="col", values="attrib", aggfunc="mean")
         grid = grid[sorted(grid.columns, key=lambda c: (c == "joint", c))]
         ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(grid.shape[1]), grid.columns, fontsize=7)
-        ax.set_yticks(range(grid.shape[0]), grid.index, fontsize=7)
-        ax.set_title(f"{direction}", fontsize=8)
+        ax.set_xticks(range(grid.shape[1]), grid.columns, rotation=30, ha="right", fontsize=TEXT_PT)
+        ax.set_yticks(range(grid.shape[0]), grid.index, fontsize=TEXT_PT)
+        ax.set_title(f"{direction}", fontsize=TEXT_PT)
         for (i, j), v in pd.DataFrame(grid.to_numpy()).stack().items():
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6, color="w" if v < 0.5 else "k")
-    fig.suptitle(title, fontsize=8)
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=TEXT_PT, color="w" if v < 0.5 else "k")
+    fig.suptitle(title, fontsize=TEXT_PT)
     if path is not None:
         save(fig, path)
     return fig

@@ -73,7 +73,7 @@ EARLIER_NOTE = ("decided by earlier rules (point estimates, not intervals); `mec
                 "a study's verdicts anew from its committed tables.")
 FIGURE_DIR = Path("docs/figures")
 FIGURE_DATA = FIGURE_DIR / "study.csv"  # the study figure's numbers: checked like a page
-FIGURE_PNG = FIGURE_DIR / "study.png"
+FIGURE_PNGS = FIGURE_DIR / "study"  # the study figure, one PNG per (task, scale): `study_figure.figure_name`
 WIDTH_DIR = FIGURE_DIR / "widths"  # per study spanning several widths: SCALE-NAME.csv (checked like a page) and .png
 RATES_DATA, RATES_PNG = FIGURE_DIR / "rates.csv", FIGURE_DIR / "rates.png"  # the `rates` block's figure
 # published-scale studies of other builds and protocols (Mamba's initialisations, attention's data protocols):
@@ -745,6 +745,19 @@ def published_block(args: dict[str, str], page: Path) -> str:
                     "based_conv, atr, heldout, attribution")
 
 
+def figure_block(root: Path, args: dict[str, str], page: Path) -> str:
+    """The study figure's panels for the scales matching `scale=` (a glob; all where absent), one image per
+    (task, scale), each under a line naming it."""
+    from mecheval.report.study_figure import figure_data, figure_name, groups
+
+    shown = [(t, s) for t, s in groups(figure_data(root)) if fnmatch.fnmatchcase(s, args.get("scale", "*"))]
+    if not shown:
+        raise PageError(f"{page}: generated block 'figure {_args(args)}': no committed study of that scale")
+    return "\n\n".join(
+        f"![{t.upper()} at {s}: the published values beside ours, accuracy and @key / @value / @query per architecture]"
+        f"({os.path.relpath(FIGURE_PNGS / figure_name(t, s), page.parent).replace(os.sep, '/')})" for t, s in shown)
+
+
 # ---- filling the pages ---------------------------------------------------------------------------------
 
 def _index(root: Path) -> dict[Path, Path]:
@@ -795,8 +808,7 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
     elif kind == "pointers":
         body = _markdown(pointer_rows(root))
     elif kind == "figure":
-        rel = os.path.relpath(FIGURE_PNG, page.parent).replace(os.sep, "/")
-        body = (f"![Each published finding beside ours: accuracy and @key / @value / @query per architecture]({rel})")
+        body = figure_block(root, args, page)
     else:
         raise PageError(f"{page}: unknown generated block '{kind}' (findings, checks, studies, published, figure, widths, pooled, "
                         "costs, rounding, rates, coverage, prompts, pointers)")
@@ -839,9 +851,11 @@ def stale_pages(root: Path) -> list[Path]:
 def drawings(root: Path) -> list[tuple[Path, Path, Callable[[pd.DataFrame, Path], None]]]:
     """(CSV, PNG, draw) of every figure the pages show, each drawn from its CSV: the study figure, each study's
     accuracy against width, each `pooled` block's figures (those whose CSV `generate` writes)."""
-    from mecheval.report.study_figure import draw
+    from mecheval.report.study_figure import draw, figure_name, groups
 
-    return ([(FIGURE_DATA, FIGURE_PNG, draw), (RATES_DATA, RATES_PNG, draw_rates)]
+    shown = groups(pd.read_csv(root / FIGURE_DATA)) if (root / FIGURE_DATA).exists() else []
+    return ([(FIGURE_DATA, FIGURE_PNGS / figure_name(t, s), functools.partial(draw, task=t, scale=s)) for t, s in shown]
+            + [(RATES_DATA, RATES_PNG, draw_rates)]
             + [(*width_files(s), draw_widths) for s in studies(root)]
             + [(*pool_files(_pool_name(args, page), figure), draw_widths if figure == "widths" else draw_boxes)
                for page, args in pooled_specs(root) for figure in POOL_FIGURES])

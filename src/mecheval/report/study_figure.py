@@ -1,7 +1,7 @@
-"""The study at a glance: each published finding beside ours, one figure (`mecheval pages` draws it).
+"""The study at a glance: each published finding beside ours (`mecheval pages` draws it).
 
-One row of panels per (task, scale) with committed studies, one panel per quantity (accuracy, @key,
-@value, @query), one line per architecture: a dot per run of ours (the best learning rate of each study;
+One figure per (task, scale) with committed studies, one panel per quantity (accuracy, @key, @value,
+@query), one line per architecture: a dot per run of ours (the best learning rate of each study;
 attributions only for runs that learned the task), the published value as a black diamond.
 """
 
@@ -20,6 +20,7 @@ from mecheval.report.compare import published_accuracy, published_attribution  #
 from mecheval.report.figures import OKABE_ITO, optimise_png_file  # noqa: E402
 
 QUANTITIES = ("accuracy", "@key", "@value", "@query")
+FIGURE_WIDTH_IN = 7  # inches: 672 px at 96 dpi, within the docs' ~690 px column
 COMPARED = set(published.AR_ACCURACY) | {"deltanet"}  # the study's architectures (plug-ins are not compared)
 
 
@@ -71,38 +72,45 @@ def figure_data(root: Path) -> pd.DataFrame:
     return df.sort_values(["task", "scale", "arch", "quantity", "source", "run"], kind="stable").reset_index(drop=True)
 
 
-def draw(data: pd.DataFrame, path: Path) -> None:
-    """The figure from `figure_data`'s table, as an optimised PNG at `path` (optipng where installed)."""
-    groups = list(data.groupby(["task", "scale"], sort=True))
-    archs = {k: sorted(g["arch"].unique()) for k, g in groups}
-    heights = [0.32 * len(archs[k]) + 0.7 for k, _ in groups]
-    fig, axes = plt.subplots(len(groups), len(QUANTITIES), figsize=(11, sum(heights) + 0.6), squeeze=False,
-                             sharex=True, gridspec_kw={"height_ratios": heights}, layout="constrained")
-    colour = {s: OKABE_ITO[i] for i, s in enumerate(sorted(data["scale"].unique()))}
-    for i, ((task, scale), g) in enumerate(groups):
-        ys = {a: j for j, a in enumerate(archs[(task, scale)])}
-        for j, q in enumerate(QUANTITIES):
-            ax = axes[i, j]
-            ours, pub = g[(g["quantity"] == q) & (g["source"] == "ours")], g[(g["quantity"] == q) & (g["source"] == "published")]
-            ax.scatter(ours["value"], ours["arch"].map(ys), s=22, color=colour[scale], alpha=0.75, label=f"ours, {scale} (a run)")
-            ax.scatter(pub["value"], pub["arch"].map(ys), s=46, marker="D", facecolor="none", edgecolor="k",
-                       linewidth=1.2, label="published")
-            ax.set_yticks(range(len(ys)), list(ys) if j == 0 else [""] * len(ys), fontsize=8)
-            ax.set_ylim(len(ys) - 0.5, -0.5)
-            ax.set_xlim(-0.1, 1.15)
-            ax.axvline(0.8, color="0.85", lw=0.8, zorder=0)
-            ax.grid(axis="y", color="0.93")
-            ax.tick_params(axis="x", labelsize=8)
-            if i == 0:
-                ax.set_title(q, fontsize=10)
-            if j == 0:
-                ax.set_ylabel(f"{task.upper()}, {scale}", fontsize=9)
-    legend = {}  # label -> handle, over every row (one colour per scale)
-    for ax in axes[:, 0]:
-        legend |= dict(zip(*reversed(ax.get_legend_handles_labels())))
-    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncol=len(legend), fontsize=8, frameon=False)
-    fig.suptitle("mecheval: the published findings (◇) beside ours (●, one per run), per architecture", fontsize=11)
-    save_figure(fig, path)
+def groups(data: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (task, scale) pairs of `figure_data`'s table, each drawn as a figure of its own (`draw`)."""
+    return sorted(set(zip(data["task"], data["scale"])))
+
+
+def figure_name(task: str, scale: str) -> str:
+    """The file name of one (task, scale)'s figure: `ar-paper-d64.png`."""
+    return f"{task}-{scale}.png"
+
+
+def draw(data: pd.DataFrame, path: Path, task: str, scale: str) -> None:
+    """`study_panels` of one (task, scale) as an optimised PNG at `path`."""
+    save_figure(study_panels(data, task, scale), path)
+
+
+def study_panels(data: pd.DataFrame, task: str, scale: str) -> plt.Figure:
+    """One (task, scale)'s rows of `figure_data`'s table: a panel per quantity (2 x 2), one line per architecture,
+    its dots ours (one per run) and its diamond the published value; FIGURE_WIDTH_IN wide, so that at 96 dpi
+    the docs show it at its own size and its text (>= 9 pt) stays >= 12 px."""
+    g = data[(data["task"] == task) & (data["scale"] == scale)]
+    archs = sorted(g["arch"].unique())
+    ys = {a: j for j, a in enumerate(archs)}
+    fig, axes = plt.subplots(2, 2, figsize=(FIGURE_WIDTH_IN, 2 * (0.3 * len(archs) + 0.9) + 0.8), sharey=True, layout="constrained")
+    for ax, q in zip(axes.flat, QUANTITIES):
+        ours, pub = g[(g["quantity"] == q) & (g["source"] == "ours")], g[(g["quantity"] == q) & (g["source"] == "published")]
+        ax.scatter(ours["value"], ours["arch"].map(ys), s=24, color=OKABE_ITO[0], alpha=0.75, label="ours (a run)")
+        ax.scatter(pub["value"], pub["arch"].map(ys), s=50, marker="D", facecolor="none", edgecolor="k",
+                   linewidth=1.2, label="published")
+        ax.set_yticks(range(len(ys)), list(ys), fontsize=9)
+        ax.set_ylim(len(ys) - 0.5, -0.5)
+        ax.set_xlim(-0.1, 1.15)
+        ax.axvline(0.8, color="0.85", lw=0.8, zorder=0)
+        ax.grid(axis="y", color="0.93")
+        ax.tick_params(axis="x", labelsize=9)
+        ax.set_title(q, fontsize=10)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=9, frameon=False)
+    fig.suptitle(f"{task.upper()}, {scale}: the published values (◇) beside ours (●)", fontsize=10)
+    return fig
 
 
 def save_figure(fig, path: Path) -> None:

@@ -1,11 +1,12 @@
-"""What a study's training phase shows while its runs train: each unfinished run's step, polled from its log."""
+"""What a study's training phase shows while its runs train: the study's steps with an ETA, and each running run's
+step, polled from the runs' logs."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tqdm import tqdm
@@ -34,28 +35,62 @@ def last_step(run_dir: Path) -> int | None:
     return None
 
 
-def training_now(out: Path) -> str:
-    """`name step N, …` for every run under OUT/runs that has logged a step and has no summary yet."""
-    runs = sorted(p for p in (Path(out) / RUNS).glob("*") if p.is_dir() and not (p / SUMMARY).exists())
-    steps = [(p.name, last_step(p)) for p in runs]
-    return ", ".join(f"{name} step {step:,}" for name, step in steps if step is not None)
+def steps_done(out: Path, planned: dict[str, int]) -> dict[str, int | None]:
+    """name -> the steps each of the study's runs (`planned`: name -> steps) has trained: a finished run (its
+    summary written) its planned steps, early stop or not; an unfinished one its last logged step (None: none yet)."""
+    def done(name: str, steps: int) -> int | None:
+        run = Path(out) / RUNS / name
+        if (run / SUMMARY).exists():
+            return steps
+        step = last_step(run)
+        return None if step is None else min(step, steps)
+
+    return {name: done(name, steps) for name, steps in planned.items()}
 
 
 @contextlib.contextmanager
-def showing_steps(bar: tqdm, out: Path) -> Iterator[None]:
-    """While the block runs, the bar's postfix names the step each unfinished run of `out` has reached."""
-    done = threading.Event()
+def training_bars(out: Path, planned: dict[str, int], quiet: bool = False) -> Iterator[Callable[..., None]]:
+    """The training phase's progress, polled from the runs' logs every POLL_S: one bar for the study in steps over
+    every run (`planned`: name -> steps), so that its rate and ETA count steps, with the runs finished in its
+    postfix; and one bar per run training now, at its step. Yields the callback to call once per finished run."""
+    finished = [0]
+    with tqdm(total=sum(planned.values()), desc="train", unit="step", disable=quiet, dynamic_ncols=True) as bar:
+        runs: dict[str, tqdm] = {}  # the bars of the runs training now
 
-    def poll() -> None:
-        while not done.wait(POLL_S):
-            bar.set_postfix_str(training_now(out), refresh=True)
+        def refresh() -> None:
+            steps = steps_done(out, planned)
+            bar.n = sum(s or 0 for s in steps.values())
+            bar.set_postfix_str(f"{finished[0]} of {len(planned)} runs done", refresh=False)
+            bar.refresh()
+            for name, step in steps.items():
+                training = step is not None and step < planned[name]
+                if training and name not in runs:
+                    runs[name] = tqdm(total=planned[name], desc=name, unit="step", leave=False,
+                                      position=len(runs) + 1, dynamic_ncols=True)
+                if name in runs:
+                    runs[name].n = step
+                    runs[name].refresh()
+                    if not training:
+                        runs.pop(name).close()
 
-    thread = threading.Thread(target=poll, daemon=True)
-    if not bar.disable:
-        thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        if thread.is_alive():
-            thread.join()
+        def on_finished(*_) -> None:
+            finished[0] += 1
+
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.wait(POLL_S):
+                refresh()
+
+        thread = threading.Thread(target=poll, daemon=True)
+        if not quiet:
+            thread.start()
+        try:
+            yield on_finished
+        finally:
+            done.set()
+            if thread.is_alive():
+                thread.join()
+                refresh()
+            for run in runs.values():
+                run.close()

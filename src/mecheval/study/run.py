@@ -29,7 +29,7 @@ from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
 from mecheval.report.build import STUDY_JSON
 from mecheval.study.presets import STUDIES, TIMELINE_EXAMPLES, Study
-from mecheval.study.progress import showing_steps
+from mecheval.study.progress import training_bars
 from mecheval.sweeps import SweepConfig, collect, run_sweep
 from mecheval.sweeps.spec import expand
 from mecheval.sweeps.runner import RUNS
@@ -67,8 +67,9 @@ def run_study(
     times: dict[str, float] = {}
 
     start = time.perf_counter()
-    with tqdm(total=len(expand(sweep)), desc="train", unit="run", disable=quiet) as bar, showing_steps(bar, out):
-        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=lambda o: bar.update(), new=new)
+    planned = {run.name: run.config.steps for run in expand(sweep)}
+    with training_bars(out, planned, quiet) as finished:
+        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=finished, new=new)
     failed = [o for o in outcomes if o.error]
     if failed:
         raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))
