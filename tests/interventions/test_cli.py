@@ -123,3 +123,22 @@ def test_a_run_that_did_not_learn_shows_no_attributions(tmp_path, ar_task, monke
     row = next(line for line in result.output.splitlines() if "not learned" in line)
     cells = [c.strip() for c in row.split("│")[1:-1]]
     assert cells[4:7] == ["–", "–", "–"], row  # @key, @value, @query
+
+
+def test_an_analysis_the_model_cannot_have_says_so_in_one_line(sweep):
+    """--analysis conv-window / state on an attention model (no short conv, no recurrent state): one line each
+    naming the run and what it lacks, the rest done as asked. A study's interventions call `intervene_run` with
+    the same default note."""
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)
+    run = sweep / "runs" / "induction"
+    result = CliRunner().invoke(app, ["intervene", str(run), "--n", "32", "--sites", "resid_pre",
+                                      "--analysis", "conv-window,state"])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if "does not apply" in line]
+    assert notes == ["induction: the conv-window analysis does not apply: the model has no short convolution (the "
+                     "analysis reads where one binds key and value)",
+                     "induction: the state analysis does not apply: the model has no recurrent state (the analysis "
+                     "reads the answer each layer's state carries)"]
+    assert (run / "verdict.json").exists() and not (run / "conv_window.parquet").exists()
