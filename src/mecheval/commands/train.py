@@ -41,7 +41,7 @@ def train(
     try:
         if config is None and resume and (out / CONFIG).exists():
             config = out / CONFIG
-        cfg = load_config(config, sets)
+        cfg = load_config(config, sets, trained=config == out / CONFIG)
         use_fastest_threads(cfg, max(1, int(cfg.resources.num_cpus)))
         summary = run_training(cfg, out, resume=resume, quiet=quiet)
     except TrainingInterrupted as e:
