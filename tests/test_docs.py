@@ -48,3 +48,22 @@ def test_nav_names_existing_pages():
     pages = list(_nav_pages(config["nav"]))
     assert "reference/cli.md" in pages and "reference/api.md" in pages
     assert [p for p in pages if not (ROOT / "docs" / p).exists()] == []
+
+
+def _hidden_options(cmd, ctx=None):
+    """The spellings of every hidden (deprecated) option of the CLI, e.g. `--param`."""
+    for param in getattr(cmd, "params", []):
+        if getattr(param, "hidden", False):
+            yield from (o for o in param.opts if o.startswith("--"))
+    ctx = cmd.context_class(cmd)
+    for name in cmd.list_commands(ctx) if hasattr(cmd, "list_commands") else []:
+        yield from _hidden_options(cmd.get_command(ctx, name))
+
+
+def test_readme_and_docs_use_no_deprecated_option():
+    hidden = set(_hidden_options(typer.main.get_command(app)))
+    assert "--param" in hidden
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{p.relative_to(ROOT)}: {o}" for p in pages for o in hidden
+             if re.search(rf"{re.escape(o)}(?![\w-])", p.read_text())]
+    assert found == []

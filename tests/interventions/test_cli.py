@@ -95,3 +95,50 @@ def test_intervene_verifies_the_top_cells(sweep):
     (run / "interventions.parquet").unlink()
     bad = CliRunner().invoke(app, [*args, "--verify", "2"])
     assert bad.exit_code == 2 and "--verify" in bad.output and not (run / "interventions.parquet").exists()
+
+
+def test_a_run_that_did_not_learn_shows_no_attributions(tmp_path, ar_task, monkeypatch):
+    """An untrained model's verdict is `not learned`; its attributions (ratios of differences near 0) are noise,
+    printed `–` as the reports print them, never as numbers beside the label."""
+    import torch
+
+    from mecheval.models import build_model
+    from tests.models.conftest import make_config
+
+    run = tmp_path / "untrained"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: untrained\n")
+    (run / "model.safetensors").write_bytes(b"")
+    seq_len = ar_task.sample(1, seed=0).tokens.shape[1]
+    torch.manual_seed(0)
+    lm = build_model(make_config("attention", vocab_size=ar_task.vocab_size, max_len=seq_len))
+    monkeypatch.setattr("mecheval.training.run_dir.load_run", lambda run_dir: (lm, ar_task, None))
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)
+    result = CliRunner().invoke(app, ["intervene", str(run), "--n", "64", "--sites", "resid_pre"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["verdict"] == "not learned"
+    row = next(line for line in result.output.splitlines() if "not learned" in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[4:7] == ["–", "–", "–"], row  # @key, @value, @query
+
+
+def test_an_analysis_the_model_cannot_have_says_so_in_one_line(sweep):
+    """--analysis conv-window / state on an attention model (no short conv, no recurrent state): one line each
+    naming the run and what it lacks, the rest done as asked. A study's interventions call `intervene_run` with
+    the same default note."""
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)
+    run = sweep / "runs" / "induction"
+    result = CliRunner().invoke(app, ["intervene", str(run), "--n", "32", "--sites", "resid_pre",
+                                      "--analysis", "conv-window,state"])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if "does not apply" in line]
+    assert notes == ["induction: the conv-window analysis does not apply: the model has no short convolution (the "
+                     "analysis reads where one binds key and value)",
+                     "induction: the state analysis does not apply: the model has no recurrent state (the analysis "
+                     "reads the answer each layer's state carries)"]
+    assert (run / "verdict.json").exists() and not (run / "conv_window.parquet").exists()

@@ -78,4 +78,5 @@ def test_wall_time_line_has_no_empty_parenthesis():
     assert wall_time_line({"wall_time_s": 8946.0, "scale": "paper", "cpu_drops": ""}) == "Wall time: 149.1 min."
     cpu = wall_time_line({"wall_time_s": 120.0, "scale": "cpu", "cpu_drops": "one width (64)"})
     assert cpu == "Wall time: 2.0 min. At the cpu scale this study drops one width (64)."
+    assert wall_time_line({"wall_time_s": 4145.5, "scale": "paper"}) == "Wall time: 69.1 min."  # no cpu_drops at all
     assert wall_time_line({}) == ""

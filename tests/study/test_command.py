@@ -80,3 +80,42 @@ def test_committed_studies_are_remade_by_their_command(name):
     study = ROOT / "results" / name
     assert rebuilds_spec(study) is True
     _parses(study_command(study))
+
+
+def test_study_passes_its_trackers_to_every_run_and_names_them_in_its_command(tmp_path, monkeypatch):
+    """`study --tensorboard` puts the tracker into every run's config (loggers.tensorboard), checks the package
+    before any run starts, and the study's command line says so (and rebuilds the spec)."""
+    import sys
+    import types
+
+    from typer.testing import CliRunner
+
+    import mecheval.report.terminal
+    import mecheval.study
+    from mecheval.sweeps import SweepConfig
+    from mecheval.sweeps.spec import expand
+
+    calls = []  # (preset, scale, the axes of Study.sweep) of each run_study called
+
+    def run_study(preset, out, scale, executor, workers, address, n_examples, quiet, new, **axes):
+        calls.append((preset, scale, axes))
+
+    monkeypatch.setattr(mecheval.study, "run_study", run_study)
+    monkeypatch.setattr(mecheval.report.terminal, "print_summary", lambda *a: None)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # not installed
+    missing = CliRunner().invoke(app, ["study", "quick", "--out", str(tmp_path / "q"), "--tensorboard"])
+    assert missing.exit_code == 2 and "--tensorboard" in missing.output and "mecheval[loggers]" in missing.output
+    assert calls == [] and not (tmp_path / "q").exists()
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=object))
+    result = CliRunner().invoke(app, ["study", "quick", "--out", str(tmp_path / "q"), "--tensorboard"])
+    assert result.exit_code == 0, result.output
+    preset, scale, axes = calls[0]
+    assert axes["trackers"] == ["tensorboard"]
+    runs = expand(SweepConfig.model_validate(STUDIES[preset].sweep(scale, **axes)))
+    assert runs and all(r.config.loggers.tensorboard and not r.config.loggers.wandb for r in runs)
+
+    study = _study(tmp_path / "made", "quick", "cpu", trackers=["tensorboard"])
+    command = study_command(study)
+    assert command.endswith("--tensorboard --out " + str(study))
+    assert _parses(command)["tensorboard"] is True and rebuilds_spec(study) is True

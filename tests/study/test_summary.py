@@ -130,3 +130,19 @@ def test_a_pool_of_generalisation_runs_shows_the_held_out_readouts_beside_the_pu
     assert table.at["mamba", "held-out acc (published, compared)"] == "0.22 [0.20, 0.24] (0.47 [0.41, 0.52], differ)"
     assert table.at["attention", "held-out @value (published)"] == "1.40 [1.30, 1.50] (1.22)"
     assert "held-out acc (published, compared)" not in pooled_summary(study_rows())  # not a generalisation pool
+
+
+def test_terminal_labels_every_column_shows_chance_and_no_attributions_where_not_learned(tmp_path):
+    rows = study_rows().assign(chance=0.25)
+    rows.loc[rows["arch"] == "mamba", "verdict"] = "not learned"
+    rows.loc[rows["arch"] == "mamba", "attrib@value"] = 1.18  # noise of a model that did not learn
+    console = Console(record=True, width=250)
+    print_summary(Report(tmp_path / "report.md", tmp_path / "report.html", summarise(rows)), console)
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if "┃ arch" in line)
+    headers = [h.strip() for h in header.split("┃")[1:-1]]
+    assert "" not in headers and "agrees" in headers and "chance" in headers
+    for line in (next(x for x in lines if x.startswith(f"│ {arch} ")) for arch in ("attention", "mamba")):
+        cells = dict(zip(headers, (c.strip() for c in line.split("│")[1:-1])))
+        assert cells["chance"] == "0.25"
+        assert (cells["@value"] == "–") == (cells["verdict"] == "not learned")

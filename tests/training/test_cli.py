@@ -1,9 +1,11 @@
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 import torch
@@ -49,6 +51,31 @@ def test_train_command_reports_the_bad_field(tmp_path, config_file):
     assert result.exit_code == 2 and "optim.lr" in result.output
     assert not (tmp_path / "r").exists()
 
+
+
+def test_a_start_without_the_loggers_package_leaves_no_trace(tmp_path, config_file, monkeypatch):
+    """`train --tensorboard` without tensorboard installed: one error line naming the package, no run directory
+    left behind, so the same command succeeds once the package is there."""
+    out = tmp_path / "run"
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # not installed
+    missing = CliRunner().invoke(app, ["train", str(config_file), "--out", str(out), "--tensorboard", "--quiet"])
+    assert missing.exit_code == 2 and "pip install 'mecheval[loggers]'" in missing.output
+    assert not out.exists()
+
+    class Writer:  # a stand-in for the installed package
+        def __init__(self, log_dir):
+            pathlib.Path(log_dir).mkdir(parents=True)
+
+        def add_scalar(self, name, value, step):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=Writer))
+    retry = CliRunner().invoke(app, ["train", str(config_file), "--out", str(out), "--tensorboard", "--quiet"])
+    assert retry.exit_code == 0, retry.output
+    assert (out / "tensorboard").is_dir()
 
 @pytest.mark.slow
 def test_sigkill_then_resume_is_bitwise_identical(tmp_path, config_file, tiny_config):

@@ -137,3 +137,64 @@ def test_batch_map_and_to_device_keep_every_field():
         moved = batch.to_device(device)
         assert moved.tokens.device.type == device.type and moved.extra["parent"].device.type == device.type
         assert torch.equal(moved.to("cpu").tokens, batch.tokens)
+
+
+ATR = {"task": {"name": "atr", "params": {"grammar": "medium"}}, "model": {"preset": "mamba"}, "steps": 1}
+
+
+def test_a_task_whose_lengths_vary_chooses_the_groups_and_an_explicit_setting_wins():
+    """Without `length_groups` a config takes the task's (`Task.length_groups`): ATR's documents vary in length,
+    AR's have one (one group, the identity of every AR run kept); a value given is kept."""
+    from mecheval.tasks.atr.task import LENGTH_GROUPS
+
+    assert LENGTH_GROUPS > 1 and make_task("atr").length_groups == LENGTH_GROUPS
+    assert validate_config(ATR).length_groups == LENGTH_GROUPS
+    assert validate_config(ATR, {"length_groups": 1}).length_groups == 1
+    ar = validate_config({**ATR, "task": {"name": "ar"}})
+    assert ar.length_groups == 1 and "length_groups" not in ar.identity()
+
+
+def test_train_pays_for_tokens_by_default_and_an_older_run_keeps_its_padded_batch(tmp_path):
+    """`mecheval train` on ATR writes the task's groups into the run's config and resumes it from that; a run
+    whose config.yaml predates the field (no `length_groups`: it trained with the padded batch) reads back with
+    1, its fingerprint unchanged, and resumes as such."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mecheval.cli import app
+    from mecheval.tasks.atr.task import LENGTH_GROUPS
+    from mecheval.training.run_dir import RunDir
+
+    sets = ["task.name=atr", "model.preset=mamba", "model.d_model=8", "model.n_layers=1", "steps=2", "batch_size=4",
+            "eval.size=8", "device=cpu"]
+    args = ["train", "--quiet", *(a for s in sets for a in ("--set", s))]
+    new = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "new")])
+    assert new.exit_code == 0, new.output
+    assert RunDir(tmp_path / "new").read_config().length_groups == LENGTH_GROUPS
+    assert CliRunner().invoke(app, ["train", "--out", str(tmp_path / "new"), "--resume", "--quiet"]).exit_code == 0
+
+    old = CliRunner().invoke(app, [*args, "--set", "length_groups=1", "--out", str(tmp_path / "old")])
+    assert old.exit_code == 0, old.output
+    path = tmp_path / "old" / "config.yaml"
+    written = yaml.safe_load(path.read_text())
+    del written["length_groups"]  # as runs made before the field wrote it
+    path.write_text(yaml.safe_dump(written, sort_keys=False))
+    run = RunDir(tmp_path / "old")
+    assert run.read_config().length_groups == 1
+    assert run.read_config().fingerprint() == run.read_summary()["fingerprint"]
+    resumed = CliRunner().invoke(app, ["train", "--out", str(tmp_path / "old"), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+
+
+def test_committed_runs_made_before_the_field_keep_their_identity():
+    """Every committed ATR run whose config.yaml has no `length_groups` (it trained with the padded batch) reads back
+    with the fingerprint its summary records, so its study resumes and its weights load."""
+    from pathlib import Path
+
+    from mecheval.training.run_dir import RunDir
+
+    configs = sorted((Path(__file__).resolve().parents[2] / "results").rglob("runs/*/config.yaml"))
+    older = [RunDir(p.parent) for p in configs if "name: atr" in (t := p.read_text()) and "length_groups" not in t]
+    assert older
+    for run in older:
+        assert run.read_config().fingerprint() == run.read_summary()["fingerprint"], run.path

@@ -104,8 +104,7 @@ def register(app: typer.Typer) -> None:
                 continue
             print_verification(name, df)
             if v is not None:
-                table.add_row(name, v.label, f"{v.effect:.3f}", str(v.layer),
-                              *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
+                table.add_row(*verdict_row(name, v))
             elif labelled or direction != "sufficiency":
                 table.add_row(name, "-", "", "", "", "", "", "nothing to read" if labelled else f"{direction}: no label")
             else:
@@ -131,6 +130,16 @@ def verdict_table(title: str):
     return table
 
 
+def verdict_row(name: str, v) -> list[str]:
+    """A verdict's row of `verdict_table`, its attributions `–` where the model did not learn (noise; the
+    reports' rule, `shows_attributions`)."""
+    from mecheval.interventions.verdict import shows_attributions
+
+    shown = shows_attributions(v.label)
+    return [name, v.label, f"{v.effect:.3f}", str(v.layer),
+            *(f"{x:.2f}" if shown else "–" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail]
+
+
 def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, **kw) -> None:
     """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`."""
     from rich.console import Console
@@ -152,8 +161,7 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
     if v is None:
         table.add_row(str(out), "-", "", "", "", "", "", "")
     else:
-        table.add_row(str(out), v.label, f"{v.effect:.3f}", str(v.layer),
-                      *(f"{x:.2f}" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail)
+        table.add_row(*verdict_row(str(out), v))
     Console().print(table)
 
 

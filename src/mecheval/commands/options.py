@@ -35,3 +35,19 @@ def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict:
 def example(*lines: str) -> str:
     """An `--help` epilog showing how a command is called."""
     return "Examples:\n\n" + "\n\n".join(f"  {line}" for line in lines)
+
+
+TRACKERS = {  # the experiment trackers a run can log to (TrainConfig.loggers) -> their flag's help
+    "tensorboard": "Also log each run to TensorBoard (RUN_DIR/tensorboard; needs mecheval[loggers]).",
+    "wandb": "Also log each run to Weights & Biases (project loggers.wandb_project; needs mecheval[loggers]).",
+}
+
+
+def tracker_option(name: str):
+    """`--tensorboard` / `--wandb`, the same flag on `train` and `study`."""
+    return typer.Option(f"--{name}", help=TRACKERS[name])
+
+
+def trackers(**flags: bool) -> list[str]:
+    """The trackers switched on: `trackers(tensorboard=True, wandb=False)` -> ["tensorboard"]."""
+    return [name for name in TRACKERS if flags[name]]

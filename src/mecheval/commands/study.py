@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from mecheval.commands.options import example, split_list
+from mecheval.commands.options import example, split_list, tracker_option, trackers
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         train_order: Annotated[Optional[Literal["replay", "shuffle"]], typer.Option("--train-order", help="paper scale: the fixed set in one order every epoch (replay, the study's; default) or a new one each epoch (shuffle).")] = None,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+        tensorboard: Annotated[bool, tracker_option("tensorboard")] = False,
+        wandb: Annotated[bool, tracker_option("wandb")] = False,
     ) -> None:
         """Run a named study (sweep + interventions + report) and print its summary."""
         from rich.console import Console
@@ -44,6 +46,7 @@ def register(app: typer.Typer) -> None:
         from mecheval.report.terminal import print_summary
         from mecheval.study import SCALES, STUDIES, run_study
         from mecheval.sweeps.runner import EXECUTORS
+        from mecheval.training.loggers import require
 
         if list_:
             for s in STUDIES.values():
@@ -63,7 +66,13 @@ def register(app: typer.Typer) -> None:
             "seeds": _numbers(seeds, int, "--seeds"),
             "archs": split_list(archs),
             "early_stop": early_stop, "train_order": train_order, "grammars": split_list(grammars),
+            "trackers": trackers(tensorboard=tensorboard, wandb=wandb),
         }
+        for tracker in axes["trackers"]:  # a missing package stops the study before any run starts
+            try:
+                require(tracker)
+            except ImportError as e:
+                raise typer.BadParameter(str(e), param_hint=f"--{tracker}") from None
         try:
             STUDIES[preset].sweep(scale, **axes)
         except ValueError as e:

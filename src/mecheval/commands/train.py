@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
-from mecheval.commands.options import example
+from mecheval.commands.options import example, tracker_option, trackers
 
 
 def train(
@@ -19,8 +19,8 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its last checkpoint"),
     device: Optional[Literal["cpu", "cuda", "auto"]] = typer.Option(None, "--device", help="overrides the config's device"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
-    tensorboard: bool = typer.Option(False, "--tensorboard", help="also log to TensorBoard (RUN_DIR/tensorboard)"),
-    wandb: bool = typer.Option(False, "--wandb", help="also log to Weights & Biases"),
+    tensorboard: Annotated[bool, tracker_option("tensorboard")] = False,
+    wandb: Annotated[bool, tracker_option("wandb")] = False,
 ) -> None:
     """Train one model and write a run directory (config, metrics, weights, summary).
 
@@ -37,11 +37,11 @@ def train(
     sets = list(set_ or [])
     if device is not None:
         sets.append(f"device={device}")
-    sets += [f"loggers.{name}=true" for name, on in (("tensorboard", tensorboard), ("wandb", wandb)) if on]
+    sets += [f"loggers.{name}=true" for name in trackers(tensorboard=tensorboard, wandb=wandb)]
     try:
         if config is None and resume and (out / CONFIG).exists():
             config = out / CONFIG
-        cfg = load_config(config, sets)
+        cfg = load_config(config, sets, trained=config == out / CONFIG)
         use_fastest_threads(cfg, max(1, int(cfg.resources.num_cpus)))
         summary = run_training(cfg, out, resume=resume, quiet=quiet)
     except TrainingInterrupted as e:

@@ -16,10 +16,13 @@
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
 
@@ -34,7 +37,8 @@ from mecheval.interventions.pointer import POINTER, pointer_control
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
 from mecheval.interventions.state_readout import state_curve, state_sites
 from mecheval.interventions.positions import Position
-from mecheval.interventions.verdict import JOINT, LABELS, ROLES, NothingToRead, Verdict, mechanism, read_point
+from mecheval.interventions.verdict import (JOINT, LABELS, ROLES, NothingToRead, Verdict, mechanism, read_point,
+                                            shows_attributions)
 from mecheval.models.sites import matches
 from mecheval.training.prompts import run_training_ids, unseen_sample
 from mecheval.training.lock import run_locked
@@ -62,6 +66,20 @@ VERDICT_ROLE = "key"  # the verdict's rules are for key corruption; other roles 
 KEPT = {"conv-window": ("conv_window.parquet", "conv_ablation.parquet", "interventions/conv_window.png"),
         "state": ("state_curve.parquet", "interventions/state_curve.png")}  # an analysis' files, kept until recomputed
 STATE_EXAMPLES = 512  # the state readout reads at most the first 512 examples (its cost is O(T · state) per example and point)
+NEEDS = {  # analysis -> (the part of the model it reads, found; the part named where the model lacks it)
+    "conv-window": (short_convs, "short convolution (the analysis reads where one binds key and value)"),
+    "state": (state_sites, "recurrent state (the analysis reads the answer each layer's state carries)"),
+}
+
+
+def print_note(text: str) -> None:
+    """A note beside the progress bars (stderr)."""
+    tqdm.write(text, file=sys.stderr)
+
+
+def inapplicable(lm, analyses: list[str]) -> list[str]:
+    """One line per asked analysis that does not apply to `lm`, saying why (it lacks the part the analysis reads)."""
+    return [f"the {a} analysis does not apply: the model has no {NEEDS[a][1]}" for a in analyses if not NEEDS[a][0](lm)]
 
 
 def write_state_readout(run_dir: Path, lm, task, batch, corrupt: str, seed: int = 0) -> pd.DataFrame | None:
@@ -311,6 +329,7 @@ def intervene_run(
     out: Path | None = None,
     replace: bool = False,
     verify: int = 0,
+    on_note: Callable[[str], None] = print_note,
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """Runs the interchange experiments of one run and writes its outputs -> (the table, the verdict or None).
 
@@ -321,7 +340,8 @@ def intervene_run(
     learned` filter (the study's: 0.01 on AR, 0.1 on ATR); `skip_missing_sites` drops site patterns
     this model lacks (e.g. `conv_out` without a conv); `analyses` adds `conv-window`
     (conv_window.parquet, conv_ablation.parquet) and `state` (state_curve.parquet, `state_readout`;
-    models with a recurrent state that learned the task); `method` "gradient" estimates the cells by
+    models with a recurrent state that learned the task), an analysis that does not apply said so in one line
+    to `on_note` (`inapplicable`; default: stderr); `method` "gradient" estimates the cells by
     attribution patching (`interchange`), `verify` of them exactly. Also written: accuracy.parquet
     (accuracy with Wilson intervals per subset and key distance) and, for single-answer tasks,
     examples.parquet (`example_table`: the same per example, for like-for-like comparisons).
@@ -338,14 +358,15 @@ def intervene_run(
         check_replace(out_dir, corrupt, direction, method, sites, positions)
     lm, task, cfg = load_run(run_dir)
     return intervene_model(out_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
-                           skip_missing_sites, analyses, method, verify, train_ids=_trained_on(run_dir, cfg))
+                           skip_missing_sites, analyses, method, verify, train_ids=_trained_on(run_dir, cfg),
+                           on_note=on_note)
 
 
 def intervene_model(
     out_dir: Path, lm, task, corrupt: list[str], n: int = N_EXAMPLES, sites: list[str] = ("*",),
     positions: list[Position] | None = None, seed: int = 0, split: str = "test", direction: str = "sufficiency",
     min_effect: float = 0.01, skip_missing_sites: bool = False, analyses: list[str] = (), method: str = "exact",
-    verify: int = 0, train_ids=None,
+    verify: int = 0, train_ids=None, on_note: Callable[[str], None] = print_note,
 ) -> tuple[pd.DataFrame, Verdict | None]:
     """`intervene_run` on a model and task already built (an LM, or `mecheval.hf.wrap`'s), its outputs written
     into `out_dir` (earlier analyses not asked for kept). train_ids: the prompts the model trained on
@@ -354,6 +375,8 @@ def intervene_model(
     if unknown:
         raise ValueError(f"unknown analyses {unknown}; known: {list(ANALYSES)}")
     out_dir = Path(out_dir)
+    for text in inapplicable(lm, analyses):
+        on_note(f"{out_dir.name}: {text}")
     # the layer profile: every block's input, and the last block's output (block i's output is i + 1's input)
     sites = list(dict.fromkeys([*sites, "resid_pre", f"layers.{len(lm.layers) - 1}.resid_post"]))
     if skip_missing_sites:
@@ -405,8 +428,11 @@ def intervene_model(
             write_table(out_dir, name, table)
         else:  # a previous call's, read with the verdict this call does not write
             safe_unlink(out_dir / name, out_dir)
-    if "state" in analyses and not (verdict is not None and verdict.label == "not learned"):  # else: noise
-        write_state_readout(out_dir, lm, task, outside, role, seed)
+    if "state" in analyses and state_sites(lm):
+        if verdict is None or shows_attributions(verdict.label):
+            write_state_readout(out_dir, lm, task, outside, role, seed)
+        else:
+            on_note(f"{out_dir.name}: the state analysis is skipped: the model did not learn the task (its readout would be noise)")
     if verdict is not None:
         write_verdict(out_dir, verdict, min_effect, prompts=prompts)
     return df, verdict

@@ -58,12 +58,19 @@ from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED,
 from mecheval.interventions.conv_window import best_cell
 
 NO_READ_POINT = "a 1-layer model without a short conv has no site between the embedding and the answer to read"
-LABELS = ("induction", "direct retrieval", "mixed", "not learned", "inconclusive", "positional pointer")
+NOT_LEARNED = "not learned"
+LABELS = ("induction", "direct retrieval", "mixed", NOT_LEARNED, "inconclusive", "positional pointer")
 JOINT = "key&query"  # the joint key-and-query patch the direct-retrieval rule reads where present
 HIGH, LOW = 0.8, 0.2  # default attribution thresholds: "high" at or above HIGH, "low" below LOW
 ROLES = ("key", "value", "query")
 FORMED = 0.5  # a conv-window cell restoring at least this much is where the association is formed
 POINTER_SHARE = 0.5  # the pointer control: most patched outputs follow the answer, or the old position
+
+
+def shows_attributions(label) -> bool:
+    """Whether a run's attributions are shown beside its verdict `label`: not for a model that did not learn
+    (noise around an effect near 0; every table prints `–` there)."""
+    return label != NOT_LEARNED
 
 
 class NothingToRead(ValueError):

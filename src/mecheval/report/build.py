@@ -21,6 +21,7 @@ from mecheval.common import atomic_write_bytes, atomic_write_text, read_json_obj
 from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
 from mecheval.interventions.state_readout import state_summary
+from mecheval.interventions.verdict import shows_attributions
 from mecheval.report import figures
 from mecheval.report.compare import (HELDOUT_ACC_CELL, HELDOUT_VALUE_CELL, heldout_cells, published_accuracy,
                                      published_attribution, published_heldout, published_verdict)
@@ -158,11 +159,12 @@ def _interval(group: pd.DataFrame, col: str) -> tuple[float, float]:
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
     """Best-lr runs, one row per (arch, width[, grammar]): accuracy averaged over seeds (`seeds` counts them),
     attributions over the seeds that learned (a run that did not has no mechanism to read: its attributions are
-    noise), the most common verdict, and the published figures beside."""
+    noise), the most common verdict, the task's chance accuracy where the runs' table has it, and the published
+    figures beside."""
     best = df[df["best_lr"]].copy()
     if "verdict" in best:
         noise = [c for c in best if c.startswith(("attrib@", "window@"))]
-        best.loc[best["verdict"] == "not learned", noise] = float("nan")
+        best.loc[~best["verdict"].map(shows_attributions), noise] = float("nan")
     by = ["arch", "model.d_model", "optim.lr"] + ([GRAMMAR] if GRAMMAR in best else [])
     means = [c for c in MEANS if c in best]
     g = best.groupby(by, sort=False, dropna=False)
@@ -170,6 +172,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
                                      verdicts=("verdict", _counts), seed_list=("seed", _listed)))
     if "n" in best:  # the examples each verdict was read on (outside the conv reach), least and most over seeds
         out = out.join(g.agg(n_min=("n", "min"), n_max=("n", "max")))
+    if "chance" in best:  # the task's chance accuracy (one task per row)
+        out = out.join(g.agg(chance=("chance", "first")))
     shown = [c for c in INTERVALS if c in best]
     bounds = {key: {c: _interval(part, c) for c in shown} for key, part in g}
     for c in shown:
@@ -195,7 +199,7 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
             out.get(f"{HELDOUT_READ_ACC}_hi", none), out["published_heldout_acc"])]
     shown_grammar = [GRAMMAR] if GRAMMAR in out and out[GRAMMAR].nunique() > 1 else []
     with_ci = [x for c in shown for x in (c, f"{c}_lo", f"{c}_hi")]
-    cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc",
+    cols = ["arch", *shown_grammar, "model.d_model", "optim.lr", "seeds", "acc", *(["chance"] if "chance" in out else []),
             *(["acc_heldout", *[c for c in with_ci if c.startswith(HELDOUT_READ_ACC)], "published_heldout_acc",
                "heldout_agree"] if heldout else []), *[c for c in with_ci if c.startswith("acc")],
             "published_acc", "verdict", "verdicts", *(["detail"] if "detail" in out else []), "published_verdict",
@@ -228,7 +232,7 @@ def readable(summary: pd.DataFrame) -> pd.DataFrame:
         if f"{c}_lo" not in out:
             continue
         out[c] = [
-            "–" if "attrib@" in c and v == "not learned" else with_interval(m, lo, hi)
+            "–" if "attrib@" in c and not shows_attributions(v) else with_interval(m, lo, hi)
             for m, lo, hi, v in zip(out[c], out[f"{c}_lo"], out[f"{c}_hi"], out["verdict"])
         ]
         out = out.drop(columns=[f"{c}_lo", f"{c}_hi"])
@@ -238,9 +242,10 @@ def readable(summary: pd.DataFrame) -> pd.DataFrame:
 def for_people(summary: pd.DataFrame) -> pd.DataFrame:
     """`readable(summary)` with human headers (HUMAN), without the columns kept for the full table
     (the detail, which the summary shows, the raw effect size, the seeds and example counts the first
-    sentence states); `mechanism per seed` only where several seeds ran."""
+    sentence states, the chance accuracy the terminal's table shows); `mechanism per seed` only where several
+    seeds ran."""
     out = readable(summary)
-    drop = ["detail", "effect", "acc_all", "seed_list", "n_min", "n_max"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
+    drop = ["detail", "effect", "acc_all", "seed_list", "n_min", "n_max", "chance"] + (["verdicts"] if summary["seeds"].max() < 2 else [])
     out = out.drop(columns=[c for c in drop if c in out])
     out["optim.lr"] = [f"{v:g}" for v in out["optim.lr"]]
     two = lambda v: "–" if v != v else f"{v:.2f}"  # noqa: E731

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.interventions.verdict import shows_attributions
 from mecheval.report.build import summarise
 from mecheval.report.compare import heldout_cells, published_attribution, published_words
 from mecheval.report.decide import compare_accuracy
@@ -81,7 +82,7 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
         row |= {"lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"], "acc [95% CI]": with_interval(acc, lo, hi),
                 "published [95% CI, n = 320]": published_words(theirs),
                 "comparison": compare_accuracy(acc, lo, hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
-        learned = r["verdict"] != "not learned"  # the most common verdict over seeds
+        learned = shows_attributions(r["verdict"])  # the most common verdict over seeds
         for pos in POSITIONS:
             median = published_attribution(tasks[r["arch"]], grammar if grammar == grammar else None, r["arch"], pos)
             ours = with_interval(r[f"attrib@{pos}"], r[f"attrib@{pos}_lo"], r[f"attrib@{pos}_hi"]) if learned else "–"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from mecheval.interventions.verdict import shows_attributions
 from mecheval.report.build import GRAMMAR, Report
 from mecheval.report.decide import AGREE, DIFFER, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from mecheval.report.overview import with_interval
@@ -26,7 +27,8 @@ def _ci(r, col: str) -> str:
 
 
 def print_summary(report: Report, console: Console | None = None) -> None:
-    """One row per (architecture, width[, grammar]): accuracy and verdict beside the published ones;
+    """One row per (architecture, width[, grammar]): accuracy (with the task's chance accuracy) and verdict
+    beside the published ones, whether they agree, and the attributions (`–` where the run did not learn);
     the grammar, seed count, held-out accuracy and formed-at columns appear where the study has them;
     each verdict's detail follows the table, one line per row."""
     summary = report.summary
@@ -37,13 +39,14 @@ def print_summary(report: Report, console: Console | None = None) -> None:
         ("lr", lambda r: _num(r["optim.lr"], "{:g}"), False, True),
         ("seeds", lambda r: str(r["seeds"]), False, summary["seeds"].max() > 1),
         ("acc", lambda r: _num(r["acc"]), False, True),
+        ("chance", lambda r: _num(r.get("chance")), False, "chance" in summary),
         ("acc outside", lambda r: _ci(r, "acc_outside"), False, "acc_outside" in summary),
         ("heldout", lambda r: _num(r.get("acc_heldout")), False, "acc_heldout" in summary),
         ("pub acc", lambda r: _num(r["published_acc"]), False, True),
         ("verdict", lambda r: _text(r["verdict"]), True, True),
         ("pub verdict", lambda r: _text(r["published_verdict"]), True, True),
-        ("", lambda r: f"[{STYLE[r['agree']]}]{r['agree']}[/]" if r["agree"] in STYLE else "", True, True),
-        *((f"@{pos}", lambda r, pos=pos: "–" if r["verdict"] == "not learned" else _num(r[f"attrib@{pos}"]), False, True)
+        ("agrees", lambda r: f"[{STYLE[r['agree']]}]{r['agree']}[/]" if r["agree"] in STYLE else "", True, True),
+        *((f"@{pos}", lambda r, pos=pos: _num(r[f"attrib@{pos}"]) if shows_attributions(r["verdict"]) else "–", False, True)
           for pos in ("key", "value", "query")),
         ("formed at", lambda r: _text(r.get("formed_at")), False, "formed_at" in summary),
     ]

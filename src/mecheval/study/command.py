@@ -2,7 +2,8 @@
 
 A study directory holds its spec (`sweep.yaml`, what `Study.sweep` wrote) and `study.json` (preset and
 scale, the architectures as given); the command line follows from them: the grid's widths, rates, seeds and
-grammars, the base's early stop and training order, the architectures (where not the preset's whole list).
+grammars, the base's early stop, training order and experiment trackers, the architectures (where not the
+preset's whole list).
 Running it again resumes the study. `study_axes` parses it back into `Study.sweep`'s keyword arguments;
 `rebuilds_spec` says whether those rebuild the committed spec (not where the preset has changed since).
 """
@@ -19,6 +20,7 @@ from mecheval.study.presets import PAPER_TRAIN_ORDER, STUDIES, point_label
 from mecheval.sweeps.runner import SPEC
 from mecheval.sweeps.spec import load_sweep
 from mecheval.training.config import ADDED_LATER
+from mecheval.training.loggers import MODULES as TRACKERS
 
 GRID_FLAGS = {"model.d_model": "--widths", "optim.lr": "--lrs", "seed": "--seeds", "task.params.grammar": "--grammars"}
 
@@ -43,6 +45,7 @@ def study_command(study_dir: Path, out: str | None = None) -> str | None:
     order = base.get("train_order", ADDED_LATER["train_order"])  # a spec older than the field: its default then
     if meta["scale"] == "paper" and order != PAPER_TRAIN_ORDER:
         words += ["--train-order", order]
+    words += [f"--{t}" for t in TRACKERS if base.get("loggers", {}).get(t)]
     return shlex.join([*words, "--out", out or str(study_dir)])
 
 
@@ -50,12 +53,15 @@ def study_axes(command: str) -> tuple[str, str, dict]:
     """(preset, scale, `Study.sweep` keyword arguments) of a `study_command` line."""
     words = shlex.split(command)
     flags, rest = {}, iter(words[3:])
-    for word in rest:  # --early-stop alone; every other flag with its value
-        flags[word] = True if word == "--early-stop" else next(rest)
+    alone = {"--early-stop", *(f"--{t}" for t in TRACKERS)}
+    for word in rest:  # --early-stop and the trackers alone; every other flag with its value
+        flags[word] = True if word in alone else next(rest)
     number = {"--widths": int, "--lrs": float, "--seeds": int, "--grammars": str}
     axes = {flag[2:]: [number[flag](v) for v in flags[flag].split(",")] for flag in number if flag in flags}
     axes |= {"archs": flags["--archs"].split(",")} if "--archs" in flags else {}
     axes |= {"early_stop": "--early-stop" in flags, "train_order": flags.get("--train-order")}
+    chosen = [t for t in TRACKERS if f"--{t}" in flags]
+    axes |= {"trackers": chosen} if chosen else {}
     return words[2], flags["--scale"], axes
 
 

@@ -117,13 +117,15 @@ class Study:
         early_stop: bool = False,
         train_order: str | None = None,
         grammars: list[str] | None = None,
+        trackers: list[str] | None = None,
     ) -> dict:
         """The sweep at `scale`; widths / lrs / seeds replace the scale's axes (seeds: the cpu scale's default is
         `cpu_seeds`, else seed 0 alone, as at the paper scale), archs keeps only the
         architectures whose `point_label` is listed; early_stop ends a run at test accuracy >= 0.99 at
         two evaluations in a row (`TrainConfig.early_stop`); train_order reads the paper scale's fixed set
         in a new order each epoch ("shuffle") or in one order ("replay", the study's; the paper default);
-        grammars replace an ATR study's grammars (e.g. ["easy"] for the paper scale's zoo on ATR easy)."""
+        grammars replace an ATR study's grammars (e.g. ["easy"] for the paper scale's zoo on ATR easy); trackers
+        name the experiment trackers every run logs to (`TrainConfig.loggers`: "tensorboard", "wandb")."""
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")
         paper = scale == "paper"
@@ -147,6 +149,8 @@ class Study:
             set_dotted(base, key, value)
         if early_stop:
             base["early_stop"] = {"acc": 0.99, "patience": 2, "split": "test"}
+        for tracker in trackers or []:
+            set_dotted(base, f"loggers.{tracker}", True)
         if train_order is not None and not paper:
             raise ValueError("train_order applies to the paper scale's fixed training set (the cpu scale draws fresh data)")
         if paper:

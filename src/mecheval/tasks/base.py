@@ -80,6 +80,13 @@ class Task(abc.ABC):
         """Accuracy of guessing uniformly among the plausible answers (for reports)."""
         return 0.0
 
+    @property
+    def length_groups(self) -> int:
+        """The groups of similar length a training batch is computed in by default (`TrainConfig.length_groups`,
+        `batch.length_groups`): 1 for documents of one length (a batch is one group anyway); a task whose
+        lengths vary says how many make a step pay for its tokens rather than its padding."""
+        return 1
+
 
 def check_task(obj: object, name: str) -> type[Task]:
     """`obj` as a Task class, or PluginError naming `name` and every part of the contract it misses."""

@@ -122,7 +122,8 @@ class TrainConfig(_Strict):
     )
     length_groups: int = Field(
         1, ge=1, description="each batch computed as up to this many groups of similar length, each at its own "
-        "length, gradients accumulated (the same update as the padded batch, 1); evaluation likewise",
+        "length, gradients accumulated (the same update as the padded batch, 1); evaluation likewise; default: "
+        "the task's (Task.length_groups: 1 where every document has one length)",
     )
     eval: EvalConfig = Field(default_factory=EvalConfig)
     early_stop: EarlyStop | None = None
@@ -137,19 +138,20 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _fill_vocab(cls, data: Any) -> Any:
-        """The model's vocabulary defaults to the task's, and may not be smaller."""
+    def _task_defaults(cls, data: Any) -> Any:
+        """The model's vocabulary defaults to the task's, and may not be smaller; `length_groups` defaults to
+        the task's."""
         if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
             return data
         task = data.get("task")
         if not isinstance(task, dict) or "name" not in task:
             return data
-        vocab = task_vocab_size(task["name"], json.dumps(task.get("params", {}), sort_keys=True))
+        vocab, groups = task_defaults(task["name"], json.dumps(task.get("params", {}), sort_keys=True))
         model = dict(data["model"])
         model.setdefault("vocab_size", vocab)
         if isinstance(model["vocab_size"], int) and model["vocab_size"] < vocab:
             raise ValueError(f"model.vocab_size={model['vocab_size']} < the task's vocab_size={vocab}")
-        return {**data, "model": model}
+        return {"length_groups": groups, **data, "model": model}
 
     @model_validator(mode="after")
     def _early_stop_split(self) -> "TrainConfig":
@@ -168,7 +170,8 @@ class TrainConfig(_Strict):
 
 
 NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers"}
-# field (dotted) -> the default that earlier runs trained with
+# field (dotted) -> the default that earlier runs trained with (a config.yaml without the field trained so:
+# `as_trained`, where today's default differs, as length_groups now comes from the task)
 ADDED_LATER = {"train_order": "shuffle", "length_groups": 1, "model.norm_eps": None, "model.final_norm_bias": False, "model.build": "mecheval"}
 
 
@@ -181,6 +184,12 @@ def _without_later_defaults(identity: dict, prefix: str = "") -> dict:
             continue
         kept[k] = _without_later_defaults(v, key + ".") if isinstance(v, dict) else v
     return kept
+
+
+def as_trained(data: dict) -> dict:
+    """A run's own config.yaml: the top-level fields added since it was written (ADDED_LATER) at the values it
+    trained with, not today's defaults."""
+    return {k: v for k, v in ADDED_LATER.items() if "." not in k} | data
 
 
 def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:
@@ -199,11 +208,13 @@ def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def task_vocab_size(name: str, params_json: str) -> int:
+def task_defaults(name: str, params_json: str) -> tuple[int, int]:
+    """(vocab_size, length_groups) of the task, the defaults a config takes from it."""
     from mecheval.tasks import make_task
 
     try:
-        return make_task(name, **json.loads(params_json)).vocab_size
+        task = make_task(name, **json.loads(params_json))
+        return task.vocab_size, task.length_groups
     except (TypeError, ValueError, KeyError) as e:
         raise ValueError(f"task: cannot build {name!r} with params {params_json}: {e}") from None
 
@@ -245,9 +256,11 @@ def validate_config(data: dict, overrides: dict[str, Any] | None = None, source:
         raise ConfigError(f"{source}: invalid config\n{format_validation_error(e)}") from None
 
 
-def load_config(path: str | Path | None, sets: list[str] = ()) -> TrainConfig:
-    """`mecheval train [CONFIG.yaml] --set a.b=v …`: the file (if any), then each override in order."""
+def load_config(path: str | Path | None, sets: list[str] = (), trained: bool = False) -> TrainConfig:
+    """`mecheval train [CONFIG.yaml] --set a.b=v …`: the file (if any), then each override in order.
+    trained: the file is a run's own config.yaml (`as_trained`)."""
     data = read_yaml(path) if path is not None else {}
+    data = as_trained(data) if trained else data
     return validate_config(data, dict(parse_override(s) for s in sets), source=str(path or "--set"))
 
 

@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+
+MODULES = {"tensorboard": "torch.utils.tensorboard", "wandb": "wandb"}  # logger -> the module it writes with
+
+
+def require(logger: str):
+    """The module `logger` writes with; an ImportError naming the package to install where it is missing."""
+    try:
+        return importlib.import_module(MODULES[logger])
+    except ImportError as e:
+        raise ImportError(f"loggers.{logger} needs the {logger} package: pip install 'mecheval[loggers]' ({e})") from None
+
+
+def check_loggers(flags: dict) -> None:
+    """Every logger `flags` (a dumped LoggerConfig) enables can be imported: called before a run writes anything."""
+    for logger in MODULES:
+        if flags[logger]:
+            require(logger)
 
 
 def flatten(record: dict, prefix: str = "") -> dict[str, float]:
@@ -19,11 +37,7 @@ def flatten(record: dict, prefix: str = "") -> dict[str, float]:
 
 class TensorBoardLogger:
     def __init__(self, run_path: Path, config: dict) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as e:
-            raise ImportError(f"loggers.tensorboard needs the tensorboard package: pip install 'mecheval[loggers]' ({e})") from None
-        self.writer = SummaryWriter(log_dir=str(run_path / "tensorboard"))
+        self.writer = require("tensorboard").SummaryWriter(log_dir=str(run_path / "tensorboard"))
 
     def log(self, record: dict) -> None:
         for name, value in flatten(record).items():
@@ -36,11 +50,7 @@ class TensorBoardLogger:
 
 class WandbLogger:
     def __init__(self, run_path: Path, config: dict) -> None:
-        try:
-            import wandb
-        except ImportError as e:
-            raise ImportError(f"loggers.wandb needs the wandb package: pip install 'mecheval[loggers]' ({e})") from None
-        self.run = wandb.init(
+        self.run = require("wandb").init(
             project=config["loggers"]["wandb_project"], name=run_path.name, dir=str(run_path), config=config, resume="allow"
         )
 

@@ -25,7 +25,7 @@ import yaml
 from mecheval.common import atomic_write_bytes, atomic_write_text
 from mecheval.training.checkpoint import CheckpointError, load_weights, read_tensors
 from mecheval.plugins import is_import_path
-from mecheval.training.config import ConfigError, TrainConfig, read_yaml, validate_config
+from mecheval.training.config import ConfigError, TrainConfig, as_trained, read_yaml, validate_config
 
 CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
     "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
@@ -64,7 +64,7 @@ class RunDir:
         path = self.path / CONFIG
         if not path.exists():
             raise FileNotFoundError(f"{self.path}: not a run directory (no {CONFIG})")
-        return read_yaml(path)
+        return as_trained(read_yaml(path))
 
     def read_config(self) -> TrainConfig:
         """The validated config (a plug-in it names is imported: see `mecheval.plugins`)."""

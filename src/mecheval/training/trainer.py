@@ -31,7 +31,7 @@ from mecheval.training.checkpoint import atomic_save_tensors, load_checkpoint, s
 from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
 from mecheval.training.lock import DirLock
-from mecheval.training.loggers import open_loggers
+from mecheval.training.loggers import check_loggers, open_loggers
 from mecheval.training.optimizer import adamw
 from mecheval.training.run_dir import (
     CHECKPOINT, CONFIG, METRICS, METRICS_ARCHIVE, MODEL, SUMMARY, WORKER, RunDir, snapshot_name,
@@ -159,12 +159,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
     """Trains (or resumes) the run in `run_dir` and returns its summary.
 
     A finished run (summary.json present) is not retrained: with resume its summary is returned.
-    The run directory is locked while training; a fresh run writes nothing until its model, task and
-    evaluation sets are built, and a failure before that leaves no trace.
+    The run directory is locked while training; a fresh run writes nothing until its loggers' packages are
+    found and its model, task and evaluation sets are built, and a failure before that leaves no trace.
     Raises TrainingInterrupted after a requested stop (a checkpoint is saved first).
     """
     run = RunDir(run_dir)
     resolve_device(cfg.device)  # fail before anything is written
+    check_loggers(cfg.loggers.model_dump())
     if run.path.exists() and not run.path.is_dir():
         raise RunExistsError(f"{run.path} is a file, not a run directory")
     if not run.started:

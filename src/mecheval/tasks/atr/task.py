@@ -42,6 +42,12 @@ PUBLISHED_STATS = {
 }
 
 
+# Groups of similar length per batch by default (`Task.length_groups`): trainer steps per second against the padded
+# batch, d = 64, batch 32, every zoo mixer (docs/speed.md, benchmarks/length_groups.py): medium 2.3-2.9x with 3
+# groups (1.9-2.3x with 2), easy 1.4-1.6x with 2 or 3.
+LENGTH_GROUPS = 3
+
+
 class ATRParams(BaseModel):
     """Parameters of ATR: a published grammar, its seed, and the generalisation split."""
 
@@ -80,6 +86,11 @@ class ATRTask(DocumentTask):
         if self.params.grammar_seed not in (None, CALIBRATED_SEEDS[self.params.grammar]):
             return {}
         return PUBLISHED_STATS.get(self.params.grammar, {})
+
+    @property
+    def length_groups(self) -> int:
+        """Documents of very different lengths: LENGTH_GROUPS groups per batch."""
+        return LENGTH_GROUPS
 
     @cached_property
     def chance_accuracy(self) -> float:
