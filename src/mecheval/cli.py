@@ -28,7 +28,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     epilog=example(
-        "mecheval study quick --out results/quick   (train, intervene, report: a few minutes)",
+        "mecheval study quick --out results/quick   (train, intervene, report; its time: mecheval study --list)",
         "mecheval intervene RUN_DIR --analysis conv-window",
         "mecheval COMMAND --help",
     ),

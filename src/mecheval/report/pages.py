@@ -7,13 +7,17 @@ A page (README.md, docs/**/*.md) holds generated blocks between two markers:
     <!-- end generated -->
 
 KINDs:
-    findings    the published findings each study checks, and each pool of the pages (below) read as one
-                study, with our outcome, seeds, scale and a link
+    findings    one row per published finding, read at the published scale (`scale=GLOB`, paper-d* by default)
+                on the pool of the pages (below) holding most of its runs: the outcome, accuracy and
+                mechanism apart, seeds, rates, examples, what does not reproduce; a sentence counting them
+    checks      every check of every finding by each study of `scale=GLOB` and each pool, one line each
+    measured    the time a named study (`study=NAME`) took, as its preset states it
     studies     every study under results/ whose task and scale match (`task=ar scale=cpu`; `study=DIR`
                 for one): what it ran, the findings it checks, one row per run, where the association
                 is formed, what the recurrent state carries and when the mechanism formed
     published   a table of `mecheval.report.published` (`table=ar|mamba_conv|based_conv|atr|atr_attribution|heldout`)
-    figure      the study figure (`study_figure.py`): each published finding beside ours
+    figure      the study figure (`study_figure.py`): each published value beside ours, one image per
+                (task, scale) of `scale=GLOB` (every scale by default)
     widths      accuracy against width (`widths.py`: the figure and the table compared with the published
                 values) of every study matching as `studies` does whose best-learning-rate runs span several
                 widths (a `studies` section shows it too)
@@ -745,6 +749,16 @@ def published_block(args: dict[str, str], page: Path) -> str:
                     "based_conv, atr, heldout, attribution")
 
 
+def measured_block(args: dict[str, str], page: Path) -> str:
+    """The time a named study's cpu scale took, as its preset states it (`Study.cpu_measured`: the one place a
+    study's time is stated; `mecheval study --list` prints it too)."""
+    from mecheval.study.presets import STUDIES
+
+    if args.get("study") not in STUDIES:
+        raise PageError(f"{page}: generated block 'measured {_args(args)}': study= one of {', '.join(STUDIES)}")
+    return f"`mecheval study {args['study']}` took {STUDIES[args['study']].cpu_measured}."
+
+
 def figure_block(root: Path, args: dict[str, str], page: Path) -> str:
     """The study figure's panels for the scales matching `scale=` (a glob; all where absent), one image per
     (task, scale), each under a line naming it."""
@@ -801,6 +815,8 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = _markdown(cost_rows(root, args, page))
     elif kind == "rates":
         body = rates_block(root, page)
+    elif kind == "measured":
+        body = measured_block(args, page)
     elif kind == "coverage":
         body = coverage_block(root)
     elif kind == "prompts":
@@ -810,7 +826,7 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
     elif kind == "figure":
         body = figure_block(root, args, page)
     else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, checks, studies, published, figure, widths, pooled, "
+        raise PageError(f"{page}: unknown generated block '{kind}' (findings, checks, measured, studies, published, figure, widths, pooled, "
                         "costs, rounding, rates, coverage, prompts, pointers)")
     return body.rstrip() + "\n"
 
