@@ -135,7 +135,9 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
     """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`."""
     from rich.console import Console
 
-    from mecheval.hf.ar import RULES, intervene_hf, load
+    from mecheval.commands.flags import in_flags
+    from mecheval.hf.ar import RULES, intervene_hf, load, setup
+    from mecheval.training.lock import LockedError
 
     if hf_tokens not in RULES:
         raise typer.BadParameter(f"must be one of {list(RULES)}, got {hf_tokens!r}", param_hint="--hf-tokens")
@@ -143,10 +145,15 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
         raise typer.BadParameter("a transformers model has no snapshots", param_hint="--over-training")
     try:
         model, tokenizer = load(hf)
+        lm, task = setup(model, tokenizer, hf_tokens, hf_pairs, kw["seed"])
     except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--hf") from None
+        flags = {"`rule='random'`": "--hf-tokens random", "`pairs`": "--hf-pairs"}
+        raise typer.BadParameter(in_flags(e, flags), param_hint="--hf") from None
     out = out or Path(f"intervene-{Path(hf).name}")
-    df, v = intervene_hf(model, tokenizer, hf, out, rule=hf_tokens, pairs=hf_pairs, **kw)
+    try:
+        df, v = intervene_hf(lm, task, hf, out, rule=hf_tokens, **kw)
+    except LockedError as e:
+        raise typer.BadParameter(str(e), param_hint="--out") from None
     print_verification(str(out), df)
     table = verdict_table(f"mechanism: corrupt {kw['corrupt'][0]}, examples outside the conv reach (see detail)")
     if v is None:
