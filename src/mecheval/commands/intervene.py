@@ -55,7 +55,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from tqdm import tqdm
 
-        from mecheval.interventions.runs import ANALYSES, VERDICT_ROLE, find_runs, intervene_run, read_point_attributions
+        from mecheval.interventions.runs import (ANALYSES, VERDICT_ROLE, find_runs, intervene_run, read_point_attributions,
+                                                 read_settings)
 
         corrupt, sites, analysis = split_list(corrupt), split_list(sites), split_list(analysis)
         positions = split_list(positions)
@@ -85,7 +86,7 @@ def register(app: typer.Typer) -> None:
             return
         names = {r: str(r.relative_to(path)) if r != path else r.name for r in runs}
         outs = {r: r if out is None else out / (names[r] if r != path else "") for r in runs}
-        check_kinds(outs, corrupt, direction, method, sites, positions, replace)
+        check_kinds(outs, corrupt, direction, method, sites, positions, replace, read_settings(n, seed, split))
         labelled = VERDICT_ROLE in corrupt and direction == "sufficiency"
         title = (f"mechanism: corrupt {VERDICT_ROLE}, examples outside the conv reach (see detail)" if labelled
                  else f"attributions at the read point: corrupt {corrupt[0]}, {direction} (verdicts are read under "
@@ -165,17 +166,21 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
 
 
 def check_kinds(outs: dict[Path, Path], corrupt: list[str], direction: str, method: str, sites: list[str],
-                positions: list[str] | None, replace: bool) -> None:
-    """Before any run is touched: no run's readouts are written over by another kind (`check_replace`)."""
+                positions: list[str] | None, replace: bool, settings: dict) -> None:
+    """Before any run is touched: no run's readouts are written over by another kind, or by a reading of other
+    examples (`check_replace`; `settings`: --n, --seed, --split as `read_settings`)."""
+    from mecheval.commands.flags import in_flags
     from mecheval.interventions.runs import ReadoutKindError, check_replace
 
     if replace:
         return
     for out_dir in outs.values():
         try:
-            check_replace(out_dir, corrupt, direction, method, sites, positions)
+            check_replace(out_dir, corrupt, direction, method, sites, positions, settings)
         except ReadoutKindError as e:
-            raise typer.BadParameter(str(e), param_hint="--out / --replace") from None
+            flags = {"`out=DIR`": "--out DIR", "`replace=True`": "--replace", "`n`": "--n", "`seed`": "--seed",
+                     "`split`": "--split"}
+            raise typer.BadParameter(in_flags(e, flags), param_hint="--out / --replace") from None
 
 
 def print_verification(name: str, df) -> None:
