@@ -21,13 +21,6 @@ def _intervene(model_dir, out, *args):
     return r, " ".join(r.output.replace("│", " ").split())  # the message as one line (the error box unwrapped)
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hf") / "tiny-mamba"
-    tiny("mamba", vocab=64).save_pretrained(d)
-    return d
-
-
 def test_weights_missing_or_unexpected_are_refused_by_name(saved, tmp_path):
     from safetensors.torch import load_file, save_file
 
@@ -78,3 +71,12 @@ def test_a_failed_readout_leaves_no_folder(saved, tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "intervene_model", fail)
     r, _ = _intervene(saved, tmp_path / "out")
     assert r.exit_code == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_readout_of_other_examples_is_kept(saved, tmp_path):
+    out = tmp_path / "out"
+    assert _intervene(saved, out)[0].exit_code == 0
+    before = (out / "verdict.json").read_bytes()
+    r, line = _intervene(saved, out, "--n", "24")
+    assert r.exit_code == 2 and "--n 16, not 24" in line and "--replace" in line, r.output
+    assert (out / "verdict.json").read_bytes() == before

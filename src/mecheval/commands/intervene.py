@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         if (hf is None) == (path is None):
             raise typer.BadParameter("give a run or sweep directory, or --hf MODEL (not both)", param_hint="PATH / --hf")
         if hf is not None:
-            _hf(hf, hf_tokens, hf_pairs, out, over_training, corrupt=corrupt, n=n, sites=sites, positions=positions,
+            _hf(hf, hf_tokens, hf_pairs, out, over_training, replace, corrupt=corrupt, n=n, sites=sites, positions=positions,
                 seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method,
                 verify=verify)
             return
@@ -132,12 +132,14 @@ def verdict_table(title: str):
     return table
 
 
-def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, **kw) -> None:
-    """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`."""
+def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, replace: bool, **kw) -> None:
+    """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`
+    (earlier readouts there of another kind or other examples kept unless `replace`: `check_kinds`)."""
     from rich.console import Console
 
     from mecheval.commands.flags import in_flags
     from mecheval.hf.ar import RULES, intervene_hf, load, setup
+    from mecheval.interventions.runs import read_settings
     from mecheval.training.lock import LockedError
 
     if hf_tokens not in RULES:
@@ -151,6 +153,8 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
         flags = {"`rule='random'`": "--hf-tokens random", "`pairs`": "--hf-pairs"}
         raise typer.BadParameter(in_flags(e, flags), param_hint="--hf") from None
     out = out or Path(f"intervene-{Path(hf).name}")
+    check_kinds({out: out}, kw["corrupt"], kw["direction"], kw["method"], kw["sites"], kw["positions"], replace,
+                read_settings(kw["n"], kw["seed"], kw["split"]))
     try:
         df, v = intervene_hf(lm, task, hf, out, rule=hf_tokens, **kw)
     except LockedError as e:
