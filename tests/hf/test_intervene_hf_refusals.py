@@ -31,8 +31,8 @@ def test_weights_missing_or_unexpected_are_refused_by_name(saved, tmp_path):
     save_file(weights | {"extra.weight": torch.zeros(2)}, broken / "model.safetensors", metadata={"format": "pt"})
     r, line = _intervene(broken, tmp_path / "out")
     assert r.exit_code == 2, r.output
-    assert "10 missing" in line and "backbone.layers.1.mixer.A_log" in line
-    assert "1 unexpected (extra.weight)" in line
+    assert "weight tensors missing 10 (backbone.layers.1.mixer.A_log," in line
+    assert "unexpected 1 (extra.weight)" in line
     assert not (tmp_path / "out").exists()
 
 

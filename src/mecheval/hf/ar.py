@@ -106,12 +106,12 @@ def load(model_dir: str) -> tuple[object, object | None]:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, output_loading_info=True)
     except (OSError, ValueError) as e:
         raise ValueError(f"{model_dir}: cannot load a causal LM from it ({str(e).splitlines()[0]})") from None
-    wrong = [f"{len(info[k])} {what} ({_names(info[k])})" for k, what in
+    wrong = [f"{what} {len(info[k])} ({_names(info[k])})" for k, what in
              (("missing_keys", "missing"), ("unexpected_keys", "unexpected"), ("mismatched_keys", "of another shape"))
              if info.get(k)]
     if wrong:
-        raise ValueError(f"{model_dir}: its saved weights do not fit {type(model).__name__}: weight tensors "
-                         f"{'; '.join(wrong)}")
+        raise ValueError(f"{model_dir}: its saved weights do not fit {type(model).__name__} (transformers would fill "
+                         f"missing ones randomly): weight tensors {'; '.join(wrong)}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     except (OSError, ValueError, TypeError):
