@@ -138,7 +138,7 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
     from rich.console import Console
 
     from mecheval.commands.flags import in_flags
-    from mecheval.hf.ar import RULES, intervene_hf, load, setup
+    from mecheval.hf.ar import RULES, intervene_hf, load, wrap_for_ar
     from mecheval.interventions.runs import read_settings
     from mecheval.training.lock import LockedError
 
@@ -148,7 +148,7 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
         raise typer.BadParameter("a transformers model has no snapshots", param_hint="--over-training")
     try:
         model, tokenizer = load(hf)
-        lm, task = setup(model, tokenizer, hf_tokens, hf_pairs, kw["seed"])
+        lm, task = wrap_for_ar(model, tokenizer, hf_tokens, hf_pairs, kw["seed"])
     except ValueError as e:
         flags = {"`rule='random'`": "--hf-tokens random", "`pairs`": "--hf-pairs"}
         raise typer.BadParameter(in_flags(e, flags), param_hint="--hf") from None

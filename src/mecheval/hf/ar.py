@@ -23,6 +23,7 @@ import torch
 
 from mecheval.common import atomic_write_text
 from mecheval.hf.wrap import HFLM, wrap
+from mecheval.tasks.base import Task
 
 RULES = ("random", "words")
 WORD = re.compile(r"^ [a-z]{3,}$")  # the `words` rule: a single token that is a space and a lower-case word
@@ -127,7 +128,7 @@ def _names(keys, shown: int = 6) -> str:
     return ", ".join(keys[:shown]) + (f", … {len(keys) - shown} more" if len(keys) > shown else "")
 
 
-def setup(model, tokenizer=None, rule: str = "random", pairs: int = 16, seed: int = 0) -> tuple[HFLM, object]:
+def wrap_for_ar(model, tokenizer=None, rule: str = "random", pairs: int = 16, seed: int = 0) -> tuple[HFLM, Task]:
     """(the model wrapped to read AR in its vocabulary, `wrap(model, vocab_map(…))`; the task, `ar_for`):
     everything checked before anything is written (ValueError naming what is wrong)."""
     task = ar_for(model, pairs, rule, tokenizer)
@@ -135,9 +136,9 @@ def setup(model, tokenizer=None, rule: str = "random", pairs: int = 16, seed: in
 
 
 def intervene_hf(lm: HFLM, task, model_dir: str, out: Path, *, rule: str = "random", **kw):
-    """`intervene_run`'s tables, verdict and figures for a transformers model on AR in its vocabulary (`setup`;
-    `model_dir`: where it was `load`ed from), written to `out` with hf.json (the model, the rule, the ids) and
-    report.md -> (table, verdict or None). `out` is locked while written (`DirLock`), and removed on failure
+    """`intervene_run`'s tables, verdict and figures for a transformers model on AR in its vocabulary
+    (`wrap_for_ar`; `model_dir`: where it was `load`ed from), written to `out` with hf.json (the model, the
+    rule, the ids) and report.md -> (table, verdict or None). `out` is locked while written (`DirLock`), and removed on failure
     where this call made it. kw: `interventions.runs.intervene_model`'s options (corrupt, n, sites, …)."""
     from mecheval.interventions.runs import intervene_model
     from mecheval.training.lock import DirLock
