@@ -80,3 +80,8 @@ def test_a_readout_of_other_examples_is_kept(saved, tmp_path):
     r, line = _intervene(saved, out, "--n", "24")
     assert r.exit_code == 2 and "--n 16, not 24" in line and "--replace" in line, r.output
     assert (out / "verdict.json").read_bytes() == before
+
+
+def test_too_many_pairs_for_the_rules_tokens_names_the_most_that_fit(saved, tmp_path):
+    r, line = _intervene(saved, tmp_path / "out", "--hf-pairs", "40")
+    assert r.exit_code == 2 and "too few keys and values for 40 pairs: lower --hf-pairs to 30 or fewer" in line, r.output

@@ -35,7 +35,7 @@ def special_ids(model, tokenizer=None) -> set[int]:
     c = model.config
     V = model.get_output_embeddings().out_features
     named = {f"{k}_token_id": getattr(c, f"{k}_token_id", None) for k in ("bos", "eos", "pad", "unk")}
-    outside = [f"{k} {i}" for k, i in named.items() for i in (i if isinstance(i, list) else [i])
+    outside = [f"{k} {i}" for k, v in named.items() for i in (v if isinstance(v, list) else [v])
                if isinstance(i, int) and not 0 <= i < V]
     if outside:
         raise ValueError(f"the model's config names special token ids outside its vocabulary of {V} tokens: "
@@ -63,18 +63,12 @@ def candidates(model, rule: str, tokenizer=None) -> np.ndarray:
     return np.array([i for i in range(min(V, len(tokenizer))) if i not in special and WORD.match(tokenizer.decode([i]))])
 
 
-def _drawn(model) -> int:
-    """How many of the task's ids the rule draws beyond the keys and values: PAD and EOS, and BOS where the
-    model has none of its own."""
-    return 2 if model.config.bos_token_id is not None else 3
-
-
 def vocab_map(model, task, rule: str = "random", seed: int = 0, tokenizer=None) -> torch.Tensor:
     """[task.vocab_size] model ids: the task's token i is the model's vocab_map[i] (module docstring)."""
     from mecheval.tasks.document import BOS
 
     pool = candidates(model, rule, tokenizer)
-    need = task.vocab_size - 3 + _drawn(model)
+    need = task.vocab_size - (1 if model.config.bos_token_id is not None else 0)
     if len(pool) < need:
         raise ValueError(f"the {rule!r} rule finds {len(pool)} model tokens; AR with {task.params.n_keys} keys and "
                          f"values needs {need} (size the task with `ar_for`)")
@@ -89,10 +83,11 @@ def ar_for(model, pairs: int, rule: str = "random", tokenizer=None):
     from mecheval.tasks import make_task
 
     found = len(candidates(model, rule, tokenizer))
-    each = min(4096, (found - _drawn(model)) // 2)
+    drawn = 2 if model.config.bos_token_id is not None else 3  # PAD, EOS, and BOS where the model has none
+    each = min(4096, (found - drawn) // 2)
     if each < pairs:
-        raise ValueError(f"the {rule!r} rule finds {found} model tokens, too few keys and values for {pairs} pairs: "
-                         f"lower `pairs` to {max(each, 0)} or fewer")
+        fix = f"lower `pairs` to {each} or fewer" if each >= 1 else "no pair fits: use a model with more tokens"
+        raise ValueError(f"the {rule!r} rule finds {found} model tokens, too few keys and values for {pairs} pairs: {fix}")
     return make_task("ar", n_pairs=pairs, n_keys=each, n_values=each)
 
 
