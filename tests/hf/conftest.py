@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 V = 40  # covers the small AR task's 35 tokens
@@ -28,3 +29,11 @@ def tiny(family: str, vocab: int = V):
 
 FAMILIES = ("gpt2", "llama", "mamba", "mamba2")
 SSM = ("mamba", "mamba2")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A tiny Mamba of 64 tokens saved by save_pretrained (no tokenizer beside it)."""
+    d = tmp_path_factory.mktemp("hf") / "tiny-mamba"
+    tiny("mamba", vocab=64).save_pretrained(d)
+    return d

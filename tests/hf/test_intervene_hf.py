@@ -18,13 +18,6 @@ from mecheval.hf.ar import WORD, ar_for, candidates, vocab_map
 tr = pytest.importorskip("transformers")  # the optional extra `hf`: these tests skip without it
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hf") / "tiny-mamba"
-    tiny("mamba", vocab=64).save_pretrained(d)
-    return d
-
-
 def test_intervene_hf_end_to_end(saved, tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["intervene", "--hf", str(saved), "--out", str(out), "--hf-pairs", "4", "--n", "32",

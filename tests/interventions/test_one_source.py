@@ -54,7 +54,7 @@ def test_corrupting_another_role_prints_no_key_corruption_label(tmp_path):
 
 
 def test_earlier_analyses_are_kept_and_other_kinds_refused(tmp_path):
-    assert intervene("--n", "128", "--analysis", "conv-window", "--out", str(tmp_path)).exit_code == 0
+    assert intervene("--n", "96", "--analysis", "conv-window", "--out", str(tmp_path)).exit_code == 0
     kept = {name: (tmp_path / name).read_bytes()
             for name in ("conv_window.parquet", "conv_ablation.parquet", "interventions/conv_window.png")}
     assert intervene("--n", "96", "--out", str(tmp_path)).exit_code == 0  # the same kind: replaced, window kept
@@ -102,3 +102,32 @@ def test_default_positions_leave_the_joint_patch_out_of_state_sites(ar_task):
     assert "key&query" in set(df[df["site"] == "resid_pre"]["position"])
     with pytest.raises(ValueError, match="one position per example"):
         interchange(lm, ar_task, batch, "key", ["state"], ["key&query"], subsets=None)
+
+
+def test_a_readout_of_other_examples_is_not_silently_replaced(tmp_path):
+    """Read again with another n (or seed, split), a readout is refused, naming the settings and the argument that
+    forces it: in Python the argument, on the command line the flag."""
+    from mecheval.interventions.runs import ReadoutKindError, intervene_run
+
+    assert intervene("--n", "64", "--out", str(tmp_path)).exit_code == 0
+    before = (tmp_path / "verdict.json").read_bytes()
+    with pytest.raises(ReadoutKindError, match=r"read with other settings \(`n` 64, not 96\).*`replace=True`") as e:
+        intervene_run(QUICK_MAMBA, ["key"], n=96, sites=["resid_pre"], out=tmp_path)
+    assert "--" not in str(e.value)
+    refused = intervene("--n", "64", "--seed", "1", "--out", str(tmp_path))
+    assert refused.exit_code == 2 and "--seed 0, not 1" in refused.output and "--replace" in refused.output, refused.output
+    assert (tmp_path / "verdict.json").read_bytes() == before
+    intervene_run(QUICK_MAMBA, ["key"], n=96, sites=["resid_pre"], out=tmp_path, replace=True)
+    assert json.loads((tmp_path / "verdict.json").read_text())["n_examples"] == 96
+
+
+def test_a_verdict_on_the_published_three_positions_names_the_rows_it_lacked():
+    """The same table without the joint key&query rows: the sum leaves direct retrieval undecided, and the verdict
+    says which rows would decide it and how to read them (a warning too); with them, direct retrieval."""
+    df = pd.read_parquet(QUICK_MAMBA.parent / "preset-mamba_lr-0.003_seed-1" / "interventions.parquet")
+    assert mechanism(df).label == "direct retrieval"
+    with pytest.warns(UserWarning, match="lacks the rows that decide direct retrieval"):
+        three = mechanism(df[df["position"].isin(["key", "value", "query"])])
+    assert three.label == "inconclusive"
+    assert "the key and the query patched together at the input of layer 1 (position 'key&query'" in three.detail
+    assert 'positions=["key", "value", "query", "key&query"]' in three.detail

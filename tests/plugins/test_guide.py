@@ -38,3 +38,10 @@ def test_the_guides_config_loads_with_its_options(guide_module, tmp_path):
     cfg = load_config(config, [])
     assert cfg.model.mixer == [guide_module] * cfg.model.n_layers and cfg.model.d_conv == [4] * cfg.model.n_layers
     assert cfg.model.mixer_options(guide_module).gamma == 0.95
+
+
+def test_every_command_of_the_guide_trusts_its_plugin():
+    """Run from a fresh directory beside `mylab/`, each command imports the plug-in only with --trust-plugins."""
+    commands = re.findall(r"^\$ (mecheval .*)$", GUIDE, re.M)
+    assert len(commands) >= 4
+    assert [c for c in commands if not c.startswith("mecheval --trust-plugins ")] == []

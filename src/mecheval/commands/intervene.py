@@ -55,7 +55,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from tqdm import tqdm
 
-        from mecheval.interventions.runs import ANALYSES, VERDICT_ROLE, find_runs, intervene_run, read_point_attributions
+        from mecheval.interventions.runs import (ANALYSES, VERDICT_ROLE, find_runs, intervene_run, read_point_attributions,
+                                                 read_settings)
 
         corrupt, sites, analysis = split_list(corrupt), split_list(sites), split_list(analysis)
         positions = split_list(positions)
@@ -66,7 +67,7 @@ def register(app: typer.Typer) -> None:
         if (hf is None) == (path is None):
             raise typer.BadParameter("give a run or sweep directory, or --hf MODEL (not both)", param_hint="PATH / --hf")
         if hf is not None:
-            _hf(hf, hf_tokens, hf_pairs, out, over_training, corrupt=corrupt, n=n, sites=sites, positions=positions,
+            _hf(hf, hf_tokens, hf_pairs, out, over_training, replace, corrupt=corrupt, n=n, sites=sites, positions=positions,
                 seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method,
                 verify=verify)
             return
@@ -85,7 +86,7 @@ def register(app: typer.Typer) -> None:
             return
         names = {r: str(r.relative_to(path)) if r != path else r.name for r in runs}
         outs = {r: r if out is None else out / (names[r] if r != path else "") for r in runs}
-        check_kinds(outs, corrupt, direction, method, sites, positions, replace)
+        check_kinds(outs, corrupt, direction, method, sites, positions, replace, read_settings(n, seed, split))
         labelled = VERDICT_ROLE in corrupt and direction == "sufficiency"
         title = (f"mechanism: corrupt {VERDICT_ROLE}, examples outside the conv reach (see detail)" if labelled
                  else f"attributions at the read point: corrupt {corrupt[0]}, {direction} (verdicts are read under "
@@ -140,11 +141,15 @@ def verdict_row(name: str, v) -> list[str]:
             *(f"{x:.2f}" if shown else "–" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail]
 
 
-def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, **kw) -> None:
-    """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`."""
+def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, replace: bool, **kw) -> None:
+    """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`
+    (earlier readouts there of another kind or other examples kept unless `replace`: `check_kinds`)."""
     from rich.console import Console
 
-    from mecheval.hf.ar import RULES, intervene_hf, load
+    from mecheval.commands.flags import in_flags
+    from mecheval.hf.ar import RULES, intervene_hf, load, wrap_for_ar
+    from mecheval.interventions.runs import read_settings
+    from mecheval.training.lock import LockedError
 
     if hf_tokens not in RULES:
         raise typer.BadParameter(f"must be one of {list(RULES)}, got {hf_tokens!r}", param_hint="--hf-tokens")
@@ -152,10 +157,17 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
         raise typer.BadParameter("a transformers model has no snapshots", param_hint="--over-training")
     try:
         model, tokenizer = load(hf)
+        lm, task = wrap_for_ar(model, tokenizer, hf_tokens, hf_pairs, kw["seed"])
     except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--hf") from None
+        flags = {"`rule='random'`": "--hf-tokens random", "`pairs`": "--hf-pairs"}
+        raise typer.BadParameter(in_flags(e, flags), param_hint="--hf") from None
     out = out or Path(f"intervene-{Path(hf).name}")
-    df, v = intervene_hf(model, tokenizer, hf, out, rule=hf_tokens, pairs=hf_pairs, **kw)
+    check_kinds({out: out}, kw["corrupt"], kw["direction"], kw["method"], kw["sites"], kw["positions"], replace,
+                read_settings(kw["n"], kw["seed"], kw["split"]))
+    try:
+        df, v = intervene_hf(lm, task, hf, out, rule=hf_tokens, **kw)
+    except LockedError as e:
+        raise typer.BadParameter(str(e), param_hint="--out") from None
     print_verification(str(out), df)
     table = verdict_table(f"mechanism: corrupt {kw['corrupt'][0]}, examples outside the conv reach (see detail)")
     if v is None:
@@ -166,17 +178,21 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
 
 
 def check_kinds(outs: dict[Path, Path], corrupt: list[str], direction: str, method: str, sites: list[str],
-                positions: list[str] | None, replace: bool) -> None:
-    """Before any run is touched: no run's readouts are written over by another kind (`check_replace`)."""
+                positions: list[str] | None, replace: bool, settings: dict) -> None:
+    """Before any run is touched: no run's readouts are written over by another kind, or by a reading of other
+    examples (`check_replace`; `settings`: --n, --seed, --split as `read_settings`)."""
+    from mecheval.commands.flags import in_flags
     from mecheval.interventions.runs import ReadoutKindError, check_replace
 
     if replace:
         return
     for out_dir in outs.values():
         try:
-            check_replace(out_dir, corrupt, direction, method, sites, positions)
+            check_replace(out_dir, corrupt, direction, method, sites, positions, settings)
         except ReadoutKindError as e:
-            raise typer.BadParameter(str(e), param_hint="--out / --replace") from None
+            flags = {"`out=DIR`": "--out DIR", "`replace=True`": "--replace", "`n`": "--n", "`seed`": "--seed",
+                     "`split`": "--split"}
+            raise typer.BadParameter(in_flags(e, flags), param_hint="--out / --replace") from None
 
 
 def print_verification(name: str, df) -> None:

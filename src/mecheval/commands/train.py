@@ -26,6 +26,7 @@ def train(
 
     Uses 1 or `resources.num_cpus` torch threads (default 1), whichever trains faster (measured).
     """
+    from mecheval.commands.flags import in_flags
     from mecheval.training import ConfigError, RunExistsError, load_config
     from mecheval.training import train as run_training
     from mecheval.training.checkpoint import CheckpointError
@@ -48,7 +49,7 @@ def train(
         typer.echo(f"stopped: {e}; continue it with: mecheval train --out {out} --resume", err=True)
         raise typer.Exit(130) from None
     except (ConfigError, RunExistsError, CheckpointError, LockedError, ImportError, RuntimeError) as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {in_flags(e, {'`resume=True`': '--resume', '`run_dir`': '--out'})}", err=True)
         raise typer.Exit(2) from None
     accs = "  ".join(f"acc[{split}]={m['acc']:.4f}" for split, m in summary["final"].items())
     typer.echo(f"{out}: {summary['steps']} steps  {accs}  {summary['wall_time_s']:.1f} s  {summary['tokens_per_s']:.0f} tokens/s")

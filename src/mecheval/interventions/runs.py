@@ -118,8 +118,10 @@ VERDICT_RULES = 4
 VERDICT = "verdict.json"
 SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
 NUMBER = (int, float)
-PROMPT_FIELDS = ("prompts", "seen_share", "n_drawn", "acc_all_prompts", "acc_all_prompts_lo", "acc_all_prompts_hi",
-                 "n_all_prompts")  # verdict.json: which prompts were read (`prompts_read`)
+READ_SETTINGS = {"n_examples": "n", "seed": "seed", "split": "split"}  # verdict.json: the examples a readout was
+# asked for, each field by the argument that set it
+PROMPT_FIELDS = (*READ_SETTINGS, "prompts", "seen_share", "n_drawn", "acc_all_prompts", "acc_all_prompts_lo",
+                 "acc_all_prompts_hi", "n_all_prompts")  # verdict.json: which prompts were read (`prompts_read`)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
                   "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on
 
@@ -299,17 +301,33 @@ def lost_readouts(old: pd.DataFrame, corrupt: list[str], direction: str, method:
     return [f"{name} {', '.join(sorted(values))}" for name, values in lost.items() if values]
 
 
+def other_settings(out_dir: Path, settings: dict) -> list[str]:
+    """The READ_SETTINGS OUT_DIR/verdict.json was read with that differ from `settings`, in words, by argument
+    ("`n` 512, not 1024"); [] where none differ, or where the readout records none (a verdict before they were kept)."""
+    try:
+        row = read_verdict_file(out_dir)
+    except (OSError, ConfigError):
+        return []
+    return [f"`{arg}` {row[k]}, not {settings[k]}" for k, arg in READ_SETTINGS.items()
+            if k in row and k in settings and row[k] != settings[k]]
+
+
 def check_replace(out_dir: Path, corrupt: list[str], direction: str, method: str,
-                  sites: list[str] | None = None, positions: list[Position] | None = None) -> None:
+                  sites: list[str] | None = None, positions: list[Position] | None = None,
+                  settings: dict | None = None) -> None:
     """ReadoutKindError where OUT_DIR/interventions.parquet reads something this call's table would not
-    (`lost_readouts`): readouts are extended or redone, never silently replaced by another kind."""
+    (`lost_readouts`), or its verdict was read on other examples (`other_settings`; `settings`: this call's
+    READ_SETTINGS): readouts are extended or redone, never silently replaced by another kind or reading."""
     path = Path(out_dir) / "interventions.parquet"
     if not path.exists():
         return
     lost = lost_readouts(pd.read_parquet(path), corrupt, direction, method, sites, positions)
-    if lost:
-        raise ReadoutKindError(f"{path} holds readouts this call would not write ({'; '.join(lost)}): write "
-                               f"elsewhere with --out DIR, or pass --replace")
+    other = other_settings(out_dir, settings or {})
+    what = ([f"this call would not write ({'; '.join(lost)})"] if lost else []) + \
+        ([f"read with other settings ({'; '.join(other)})"] if other else [])
+    if what:
+        raise ReadoutKindError(f"{Path(out_dir)} holds readouts {' and '.join(what)}: write them elsewhere "
+                               f"(`out=DIR`), or pass `replace=True` to read them again there")
 
 
 @run_locked
@@ -346,8 +364,8 @@ def intervene_run(
     (accuracy with Wilson intervals per subset and key distance) and, for single-answer tasks,
     examples.parquet (`example_table`: the same per example, for like-for-like comparisons).
     out: the directory written (default: the run directory). An analysis not asked for keeps its files
-    (a conv-window table is read by the verdict); readouts of another kind (`check_replace`) are not
-    written over unless `replace`.
+    (a conv-window table is read by the verdict); readouts of another kind, or read on other examples (n,
+    seed, split: `check_replace`), are not written over unless `replace`.
     Read in the sufficiency direction, carriers.parquet (the full-window readout at the verdict's read
     point, which the verdict reads).
     """
@@ -355,7 +373,7 @@ def intervene_run(
 
     out_dir = Path(out) if out is not None else Path(run_dir)
     if not replace:
-        check_replace(out_dir, corrupt, direction, method, sites, positions)
+        check_replace(out_dir, corrupt, direction, method, sites, positions, read_settings(n, seed, split))
     lm, task, cfg = load_run(run_dir)
     return intervene_model(out_dir, lm, task, corrupt, n, sites, positions, seed, split, direction, min_effect,
                            skip_missing_sites, analyses, method, verify, train_ids=_trained_on(run_dir, cfg),
@@ -438,11 +456,17 @@ def intervene_model(
     return df, verdict
 
 
+def read_settings(n: int, seed: int, split: str) -> dict:
+    """The READ_SETTINGS of a readout of n examples of `split` drawn with `seed`."""
+    return dict(zip(READ_SETTINGS, (n, seed, split)))
+
+
 def prompts_read(lm, task, n: int, seed: int, split: str, train_ids) -> tuple:
     """(the readouts' batch: n `split` examples whose prompts the model did not train on, `unseen_sample`; the
     PROMPT_FIELDS: its provenance and the accuracy on the first n prompts drawn, seen or not, the reading the
     published study's figures compare with)."""
     batch, prompts = unseen_sample(task, n, seed, split, train_ids)
+    prompts |= read_settings(n, seed, split)
     if prompts["prompts"] == "unseen":
         every = task.sample(n, seed=seed, split=split)
         correct = correct_answers(lm, every)

@@ -26,7 +26,8 @@ data decide neither it nor its failure (the detail names the interval that strad
                       full-window readout, `carriers.py`) where given; else the key and the query patched
                       together (position `key&query`) where the table has it (singles do not add up: a
                       key's information sits in more than one position); else the published sum
-                      attrib@query + attrib@key, with the sum of the two intervals.
+                      attrib@query + attrib@key, with the sum of the two intervals (a verdict the sum leaves
+                      inconclusive or mixed names the rows it lacked in `detail`, and warns).
                       The study counts two readings under this label, which `detail` separates:
                         the query restores most  the answer is already at the query before the read point;
                         another position does    the layer after the read point combines key and value
@@ -48,6 +49,7 @@ explain jointly, how much every carrier does, and which positions beyond the thr
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 
@@ -61,6 +63,7 @@ NO_READ_POINT = "a 1-layer model without a short conv has no site between the em
 NOT_LEARNED = "not learned"
 LABELS = ("induction", "direct retrieval", "mixed", NOT_LEARNED, "inconclusive", "positional pointer")
 JOINT = "key&query"  # the joint key-and-query patch the direct-retrieval rule reads where present
+SUM = "@key + @query"  # the published sum it reads without the joint patch (and without the full-window readout)
 HIGH, LOW = 0.8, 0.2  # default attribution thresholds: "high" at or above HIGH, "low" below LOW
 ROLES = ("key", "value", "query")
 FORMED = 0.5  # a conv-window cell restoring at least this much is where the association is formed
@@ -177,7 +180,7 @@ def mechanism(
     elif JOINT in rows.index:
         side, side_ci, side_name = at[JOINT], ci[JOINT], f"@{JOINT}"
     else:
-        side, side_ci, side_name = at["key"] + at["query"], _sum(ci["key"], ci["query"]), "@key + @query"
+        side, side_ci, side_name = at["key"] + at["query"], _sum(ci["key"], ci["query"]), SUM
     tests = {  # name -> (decided: True / False / None, what it compares, with its interval)
         "learned": _above(effect_ci, min_effect, strict=True, what=f"effect {_fmt(effect, effect_ci)} vs {min_effect}"),
         "value high": _above(ci["value"], high, what=f"@value {_fmt(at['value'], ci['value'])} vs {high}"),
@@ -213,9 +216,22 @@ def mechanism(
         label, detail = "inconclusive", f"at {where} the interval straddles the threshold: " + "; ".join(dict.fromkeys(undecided))
     if window and label != "not learned":
         detail += "; " + window_detail(window)
+    if side_name == SUM and label in ("inconclusive", "mixed") and tests["value low"][0] is not False:
+        lacking = lacking_rows(where)
+        warnings.warn(lacking, stacklevel=2)
+        detail += "; " + lacking
     n = int(rows["n"].iloc[0]) if "n" in rows else 0
     return Verdict(label, detail, effect, layer, site, subset, n, at["key"], at["value"], at["query"],
                    ci["key"], ci["value"], ci["query"], effect_ci, at[JOINT], ci[JOINT], window)
+
+
+def lacking_rows(where: str) -> str:
+    """What a verdict read by the published sum (SUM) lacked where direct retrieval was left undecided or failed
+    by it, and the call that reads it."""
+    return (f"the table lacks the rows that decide direct retrieval, the key and the query patched together at {where} "
+            f"(position {JOINT!r}; read instead by the published sum {SUM}, whose intervals add): patch them too, "
+            f"as `interchange`'s default positions and `intervene_run` do, e.g. positions=[\"key\", \"value\", "
+            f"\"query\", \"{JOINT}\"]")
 
 
 def _at_read_point(table: pd.DataFrame | None, site: str, layer: int) -> pd.Series | None:

@@ -40,7 +40,8 @@ from mecheval.training.schedule import lr_at
 
 
 class RunExistsError(FileExistsError):
-    """The run directory already holds a run (pass resume=True / --resume to continue it)."""
+    """The run directory already holds a run (pass `resume=True` to continue it); the message names the
+    Python arguments (`commands.flags` gives the CLI's)."""
 
 
 class DivergedError(RuntimeError):
@@ -152,7 +153,7 @@ def _check_no_foreign_files(run: RunDir) -> None:
     """A directory without config.yaml must not hold files a run would write (they are not ours)."""
     found = [n for n in (METRICS, METRICS_ARCHIVE, MODEL, CHECKPOINT, SUMMARY) if (run / n).exists()]
     if found:
-        raise RunExistsError(f"{run.path} holds {', '.join(found)} but no {CONFIG}: not a mecheval run; choose another --out")
+        raise RunExistsError(f"{run.path} holds {', '.join(found)} but no {CONFIG}: not a mecheval run; choose another `run_dir`")
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bool = False) -> dict:
@@ -174,7 +175,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
     with DirLock(run.path, "run directory"):
         if run.started:
             if not resume:
-                raise RunExistsError(f"{run.path} already holds a run; resume it (--resume) or choose another --out")
+                raise RunExistsError(f"{run.path} already holds a run; resume it (`resume=True`) or choose another `run_dir`")
             _check_same_run(run, cfg)
             if run.finished:
                 (run / CHECKPOINT).unlink(missing_ok=True)
