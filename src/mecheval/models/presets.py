@@ -14,6 +14,9 @@ ARCHITECTURES: dict[str, dict] = {
     "baseconv": {"mixer": "baseconv", "d_conv": [3, "long"]},
     # Based: layer 0 BaseConv (short conv 3), layer 1 Based linear attention.
     "based": {"mixer": ["baseconv", "based"], "d_conv": [3, None]},
+    # Modern mixers (not in the published study), each with its own paper's block defaults.
+    "mamba2": {"mixer": "mamba2"},
+    "gated-deltanet": {"mixer": "gated-deltanet"},
 }
 
 
