@@ -76,6 +76,7 @@ PUBLISHED = {
     "baseconv": (["baseconv"] * 2, [3, "long"], [True] * 2, ["layernorm"] * 2, "none"),
     "based": (["baseconv", "based"], [3, 0], [True] * 2, ["layernorm"] * 2, "none"),
     "mamba2": (["mamba2"] * 2, [4, 4], [False] * 2, ["rmsnorm"] * 2, "none"),
+    "mamba3": (["mamba3"] * 2, [0, 0], [False] * 2, ["rmsnorm"] * 2, "none"),
     "gated-deltanet": (["gated-deltanet"] * 2, [4, 4], [True] * 2, ["layernorm"] * 2, "none"),
 }
 
@@ -98,6 +99,7 @@ PUBLISHED_OPTIONS = {
     "based": {"feature_dim": 8, "n_heads": 1},
     "baseconv": {},
     "mamba2": {"d_state": 16, "expand": 2, "head_dim": 16},
+    "mamba3": {"d_state": 16, "expand": 2, "head_dim": 16},
     "gated-deltanet": {"n_heads": 1},
 }
 

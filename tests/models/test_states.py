@@ -14,6 +14,7 @@ from mecheval.models.mixers.gated_deltanet import GatedDeltaNet, GatedDeltaNetOp
 from mecheval.models.mixers.h3 import H3, H3Options
 from mecheval.models.mixers.mamba import Mamba, MambaOptions
 from mecheval.models.mixers.mamba2 import Mamba2, Mamba2Options
+from mecheval.models.mixers.mamba3 import Mamba3, Mamba3Options
 from mecheval.models.ops.dispatch import kernel_mode
 from mecheval.models.sites import attach, record
 from mecheval.models.states import StateValue
@@ -53,6 +54,7 @@ STATEFUL = {
               lambda s: _based_flat(*s),
               lambda s, f: (lambda g: (g[..., :-1], g[..., -1]))(f.view(*s[1].shape, -1))),
     "mamba2": (lambda c: Mamba2(D, c, Mamba2Options(d_state=4, head_dim=4), 0, 64), _second, _second_set),
+    "mamba3": (lambda c: Mamba3(D, 0, Mamba3Options(d_state=4, head_dim=4), 0, 64), _second, _second_set),
     "gated-deltanet": (lambda c: GatedDeltaNet(D, c, GatedDeltaNetOptions(n_heads=2), 0, 64), _second, _second_set),
 }
 
@@ -212,7 +214,7 @@ def test_state_reads_are_chunked_within_the_budget(monkeypatch):
 # --- the engine: state cells of a whole LM against the stepped model -------------------------------
 
 LM_OPTIONS = {"mamba": {"d_state": 4}, "h3": {"d_state": 6}, "deltanet": {"n_heads": 2}, "based": {"feature_dim": 3},
-              "mamba2": {"d_state": 4, "head_dim": 4},
+              "mamba2": {"d_state": 4, "head_dim": 4}, "mamba3": {"d_state": 4, "head_dim": 4},
               "gated-deltanet": {"n_heads": 2}}
 
 
