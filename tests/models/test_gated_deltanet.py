@@ -14,7 +14,7 @@ from mecheval.models.mixers import MIXERS
 from mecheval.models.ops.delta_rule import delta_rule
 from mecheval.models.sites import record
 
-from .mixer_checks import assert_recurrent_equals_parallel, inputs, make_mixer
+from .mixer_checks import assert_recurrent_equals_parallel, enlarged, inputs, make_mixer
 
 
 def core_inputs(m, u):
@@ -53,11 +53,7 @@ def fla_naive_recurrence():
 
 
 def trained_like(seed: int, **options):
-    m = make_mixer("gated-deltanet", seed=seed, **options).double()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return m
+    return enlarged(make_mixer("gated-deltanet", seed=seed, **options))
 
 
 @pytest.mark.parametrize("T", [1, 9, 70])

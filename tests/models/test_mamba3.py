@@ -15,7 +15,7 @@ from mecheval.models import ModelConfig, attach, build_model
 from mecheval.models.mixers import MIXERS
 from mecheval.models.mixers.mamba3 import rotate
 
-from .mixer_checks import assert_recurrent_equals_parallel, inputs, make_mixer
+from .mixer_checks import assert_recurrent_equals_parallel, enlarged, inputs, make_mixer
 
 OPTIONS = {"d_state": 8, "head_dim": 8}  # 4 heads at width 16
 
@@ -59,13 +59,8 @@ def reference_mamba3(m, u, two_token: bool = True):
     return m.out_proj(y)
 
 
-def trained_like(seed: int = 0, conv=0, **options):
-    """A mixer with weights larger than at init, so that every term shows in the output."""
-    m = make_mixer("mamba3", conv=conv, seed=seed, **{**OPTIONS, **options}).double()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return m
+def trained_like(seed: int = 0):
+    return enlarged(make_mixer("mamba3", seed=seed, **OPTIONS))
 
 
 @pytest.mark.parametrize("T", [1, 9, 70])

@@ -107,21 +107,31 @@ class Mamba2(Mixer):
         super().__init__(d_model, conv, options, layer_idx, max_len)
         self.d_inner = Di = options.expand * d_model
         self.P, self.N, self.H = options.head_dim, options.d_state, Di // options.head_dim
-        self.in_proj = nn.Linear(d_model, 2 * Di + 2 * self.N + self.H, bias=False)
+        self.sizes = self._projections()
+        self.in_proj = nn.Linear(d_model, sum(self.sizes), bias=False)
         self.conv = make_conv(conv, Di + 2 * self.N, max_len)
         if self.conv is not None:
             self.conv_out = Site()
         self.A_log = nn.Parameter(torch.log(torch.empty(self.H).uniform_(1, 16)))
         self.dt_bias = nn.Parameter(dt_bias_init(self.H, options.dt_min, options.dt_max))
         self.D = nn.Parameter(torch.ones(self.H))
+        self._add_before_state()
         self.state = StateSite()
         self.core_out = Site()
         self.norm = nn.RMSNorm(Di)
         self.out_proj = nn.Linear(Di, d_model, bias=False)
 
+    def _projections(self) -> list[int]:
+        """The sizes W_in projects to: z, [x; B; C], dt."""
+        return [self.d_inner, self.d_inner + 2 * self.N, self.H]
+
+    def _add_before_state(self) -> None:
+        """Modules between the gates and the state: none here (Mamba-3 adds its B/C norms and biases and its
+        site `two_token`, which must register before `state`: sites register in the order forward visits them)."""
+
     def _split(self, u: torch.Tensor):
         """u [..., D] -> z [..., D_i], the conv's input [x; B; C] [..., D_i + 2N], dt [..., H]."""
-        return self.in_proj(u).split([self.d_inner, self.d_inner + 2 * self.N, self.H], dim=-1)
+        return self.in_proj(u).split(self.sizes, dim=-1)
 
     def _ssd_inputs(self, xbc: torch.Tensor, dt: torch.Tensor):
         """-> x [..., H, P], the SSD's input Δ x [..., H, P, 1] and B [..., H, N, 1], C [..., H, N], log a = Δ A [..., H]."""
@@ -132,8 +142,12 @@ class Mamba2(Mixer):
         Bm, Cm = Bm.unsqueeze(-2).expand(heads), Cm.unsqueeze(-2).expand(heads)
         return x, (delta[..., None] * x)[..., None], Bm[..., None], Cm, delta * -torch.exp(self.A_log)
 
-    def _out(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # [..., D_i] each -> [..., D]
-        return self.out_proj(self.norm(y * F.silu(z)))
+    def _core(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """y, x [..., H, P] -> the core y + D x, heads concatenated [..., D_i]."""
+        return (y + self.D[:, None] * x).flatten(-2)
+
+    def _out(self, core: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # [..., D_i] each -> [..., D]
+        return self.out_proj(self.norm(core * F.silu(z)))
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         z, xbc, dt = self._split(u)
@@ -141,7 +155,7 @@ class Mamba2(Mixer):
             xbc = self.conv_out(self.conv(xbc))
         x, xw, Bm, Cm, log_a = self._ssd_inputs(xbc, dt)
         y = self.state(SSDState(ssd(xw, Bm, Cm, log_a), xw, Bm, Cm, log_a)).output  # [B, T, H, P]
-        return self._out(self.core_out((y + self.D[:, None] * x).flatten(-2)), z)
+        return self._out(self.core_out(self._core(y, x)), z)
 
     def init_state(self, batch_size: int, device=None, dtype=None):
         """(conv state or None, S [B, H, P, N] zeros)."""
@@ -155,7 +169,7 @@ class Mamba2(Mixer):
             xbc, conv_state = self.conv.step(xbc, conv_state)
         x, xw, B_t, C_t, log_a = self._ssd_inputs(xbc, dt)
         y, S = ssd_step(xw, B_t, C_t, log_a, S)
-        return self._out((y + self.D[:, None] * x).flatten(-2), z), (conv_state, S)
+        return self._out(self._core(y, x), z), (conv_state, S)
 
 
 SPEC = MixerSpec.of(Mamba2, "mamba2")

@@ -34,12 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mecheval.models.mixers.base import Mixer, MixerSpec
-from mecheval.models.mixers.mamba2 import Mamba2Options, SSDState, dt_bias_init
+from mecheval.models.mixers.base import MixerSpec
+from mecheval.models.mixers.mamba2 import Mamba2, Mamba2Options, SSDState
 from mecheval.models.ops.ssd import ssd, ssd_step
-from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
-from mecheval.models.states import StateSite
 
 
 class Mamba3Options(Mamba2Options):
@@ -58,32 +56,21 @@ def rotate(v: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
     return torch.cat([v1 * cos - v2 * sin, v1 * sin + v2 * cos], dim=-1)
 
 
-class Mamba3(Mixer):
+class Mamba3(Mamba2):
+    """Mamba-2's layer with the trapezoidal update, rotary and normed B/C with biases, no conv by default."""
+
     label = "mamba3"
     Options = Mamba3Options
     default_conv = 0
-    default_mlp = False
-    default_norm = "rmsnorm"
 
-    def __init__(self, d_model: int, conv: ConvSpec, options: Mamba3Options, layer_idx: int, max_len: int):
-        super().__init__(d_model, conv, options, layer_idx, max_len)
-        self.d_inner = Di = options.expand * d_model
-        self.P, self.N, self.H = options.head_dim, options.d_state, Di // options.head_dim
-        self.sizes = [Di, Di + 2 * self.N, self.H, self.H * self.N // 2, self.H]  # z, [x; B; C], dt, θ, l
-        self.in_proj = nn.Linear(d_model, sum(self.sizes), bias=False)
-        self.conv = make_conv(conv, Di + 2 * self.N, max_len)
-        if self.conv is not None:
-            self.conv_out = Site()
-        self.A_log = nn.Parameter(torch.log(torch.empty(self.H).uniform_(1, 16)))
-        self.dt_bias = nn.Parameter(dt_bias_init(self.H, options.dt_min, options.dt_max))
-        self.D = nn.Parameter(torch.ones(self.H))
+    def _projections(self) -> list[int]:
+        """z, [x; B; C], dt, and Mamba-3's θ (N/2 angles per head) and l (λ's logit per head)."""
+        return super()._projections() + [self.H * self.N // 2, self.H]
+
+    def _add_before_state(self) -> None:
         self.B_norm, self.C_norm = nn.RMSNorm(self.N, eps=1e-5), nn.RMSNorm(self.N, eps=1e-5)
         self.B_bias, self.C_bias = nn.Parameter(torch.ones(self.H, self.N)), nn.Parameter(torch.ones(self.H, self.N))
         self.two_token = Site()
-        self.state = StateSite()
-        self.core_out = Site()
-        self.norm = nn.RMSNorm(Di)
-        self.out_proj = nn.Linear(Di, d_model, bias=False)
 
     def _split(self, u: torch.Tensor):
         """u [..., D] -> z [..., D_i], [x; B; C] [..., D_i + 2N], dt [..., H], θ [..., H, N/2], l [..., H]."""
@@ -100,11 +87,6 @@ class Mamba3(Mixer):
         Cm = self.C_norm(Cm).unsqueeze(-2) + self.C_bias
         return x.unflatten(-1, (self.H, self.P)), Bm, Cm, delta, log_alpha, lam * delta, (1 - lam) * delta * log_alpha.exp()
 
-    def _out(self, y: torch.Tensor, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """y, x [..., H, P]; z [..., D_i] -> [..., D]: the skip D x, then the gated norm and W_out."""
-        core = (y + self.D[:, None] * x).flatten(-2)
-        return self.out_proj(self.norm(core * F.silu(z)))
-
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         z, xbc, dt, theta, lam = self._split(u)
         if self.conv is not None:
@@ -117,7 +99,7 @@ class Mamba3(Mixer):
         xs = torch.stack([gamma[..., None] * x, prev], dim=-1)  # the rank-2 input [B, T, H, P, 2]
         Bs = torch.stack([Bm, earlier(Bm)], dim=-1)  # [B, T, H, N, 2]
         y = self.state(SSDState(ssd(xs, Bs, Cm, log_alpha), xs, Bs, Cm, log_alpha)).output
-        return self._out(self.core_out(y.flatten(-2)).unflatten(-1, (self.H, self.P)), x, z)
+        return self._out(self.core_out(self._core(y, x)), z)
 
     def init_state(self, batch_size: int, device=None, dtype=None):
         """(conv state or None, h [B, H, P, N], x_{t-1} [B, H, P], B_{t-1} [B, H, N], φ_{t-1} [B, H, N/2]), zeros."""
@@ -135,7 +117,7 @@ class Mamba3(Mixer):
         B_t, C_t = rotate(B_t, phi), rotate(C_t, phi)
         xs = torch.stack([gamma[..., None] * x, beta[..., None] * x_prev], dim=-1)
         y, h = ssd_step(xs, torch.stack([B_t, B_prev], dim=-1), C_t, log_alpha, h)
-        return self._out(y, x, z), (conv_state, h, x, B_t, phi)
+        return self._out(self._core(y, x), z), (conv_state, h, x, B_t, phi)
 
 
 SPEC = MixerSpec.of(Mamba3, "mamba3")
