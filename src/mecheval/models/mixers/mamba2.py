@@ -134,7 +134,8 @@ class Mamba2(Mixer):
         return self.in_proj(u).split(self.sizes, dim=-1)
 
     def _ssd_inputs(self, xbc: torch.Tensor, dt: torch.Tensor):
-        """-> x [..., H, P], the SSD's input Δ x [..., H, P, 1] and B [..., H, N, 1], C [..., H, N], log a = Δ A [..., H]."""
+        """-> x [..., H, P], the SSD's input Δ x [..., H, P, 1] and B [..., H, N, 1], C [..., H, N],
+        log a = Δ A [..., H]."""
         x, Bm, Cm = F.silu(xbc).split([self.d_inner, self.N, self.N], dim=-1)
         delta = F.softplus(dt + self.dt_bias)
         x = x.unflatten(-1, (self.H, self.P))

@@ -8,8 +8,8 @@ With D_i = expand · D inner channels in H = D_i / P heads of P channels, N = d_
     B_t <- R(φ_t) (RMSNorm(B_t) + b_B),  C_t <- R(φ_t) (RMSNorm(C_t) + b_C)                 [B, T, H, N]
         b_B, b_C [H, N] (init 1); R(φ) rotates the pairs (n, n + N/2) by the angles φ [N/2] (rotary on
         the state dimension), φ_t = Σ_{s<=t} Δ_s θ_s the cumulative data-dependent angle (a complex-valued
-        SSM written as real rotations, sec. 3.2)
-The trapezoidal update (sec. 3.1), per head h:
+        SSM written as real rotations)
+The trapezoidal update (the exponential-trapezoidal discretisation), per head h:
     α_t = exp(Δ_t A_h),  γ_t = λ_t Δ_t,  β_t = (1 − λ_t) Δ_t exp(Δ_t A_h)
     h_t = α_t h_{t-1} + γ_t x_t B_t^T + β_t x_{t-1} B_{t-1}^T        h: [B, H, P, N]  (x_{-1} = 0; site
                                                                      `state`, `mamba2.SSDState`)
@@ -17,8 +17,9 @@ The trapezoidal update (sec. 3.1), per head h:
     out = W_out RMSNorm(y ⊙ SiLU(z))                                [B, T, D]   (the gated norm)
 The two-token term β_t x_{t-1} B_{t-1}^T writes the previous token into the state again, with the current
 token's gates: the site `two_token` carries β_t x_{t-1} ([B, T, D_i]); zeroing it ablates the term (the
-question whether it plays the short conv's role). forward runs `ops.ssd.ssd` with a rank-2 input (the
-current and the previous token); the recurrent view steps h, the previous token's x and B, and φ.
+question whether it plays the short conv's role; `interventions.two_token`). forward runs `ops.ssd.ssd`
+with a rank-2 input (the current and the previous token); the recurrent view steps h, the previous token's
+x and B, and φ.
 d_conv 0 by default; d_conv k puts the shared conv on [x; B; C] before the norms (no activation), as an
 ablation. Init: A_h ~ U[1, 16], softplus(b_Δ) ~ logU[dt_min, dt_max], D = 1, b_B = b_C = 1.
 Reference: state-spaces/mamba's `Mamba3Simple._recurrence` (tests/models/test_mamba3.py writes its equations).
@@ -85,7 +86,8 @@ class Mamba3(Mamba2):
         lam = torch.sigmoid(lam)
         Bm = self.B_norm(Bm).unsqueeze(-2) + self.B_bias
         Cm = self.C_norm(Cm).unsqueeze(-2) + self.C_bias
-        return x.unflatten(-1, (self.H, self.P)), Bm, Cm, delta, log_alpha, lam * delta, (1 - lam) * delta * log_alpha.exp()
+        gamma, beta = lam * delta, (1 - lam) * delta * log_alpha.exp()
+        return x.unflatten(-1, (self.H, self.P)), Bm, Cm, delta, log_alpha, gamma, beta
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         z, xbc, dt, theta, lam = self._split(u)
