@@ -19,6 +19,16 @@ def make_mixer(name: str, d_model: int = 16, conv=None, max_len: int = 64, seed:
     return spec.cls(d_model, conv, spec.options(**options), 0, max_len)
 
 
+def enlarged(mixer: Mixer) -> Mixer:
+    """The mixer in float64 with its weights moved by 0.3 N(0, 1): larger than at init, so that every term of
+    its recurrence shows in the output."""
+    mixer = mixer.double()
+    with torch.no_grad():
+        for p in mixer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return mixer
+
+
 def inputs(B: int, T: int, D: int, seed: int) -> torch.Tensor:
     return torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed))
 

@@ -75,6 +75,9 @@ PUBLISHED = {
     "hyena": (["hyena"] * 2, [3, 3], [True] * 2, ["layernorm"] * 2, "none"),
     "baseconv": (["baseconv"] * 2, [3, "long"], [True] * 2, ["layernorm"] * 2, "none"),
     "based": (["baseconv", "based"], [3, 0], [True] * 2, ["layernorm"] * 2, "none"),
+    "mamba2": (["mamba2"] * 2, [4, 4], [False] * 2, ["rmsnorm"] * 2, "none"),
+    "mamba3": (["mamba3"] * 2, [0, 0], [False] * 2, ["rmsnorm"] * 2, "none"),
+    "gated-deltanet": (["gated-deltanet"] * 2, [4, 4], [True] * 2, ["layernorm"] * 2, "none"),
 }
 
 
@@ -95,6 +98,9 @@ PUBLISHED_OPTIONS = {
     "hyena": {"filter_order": 64},
     "based": {"feature_dim": 8, "n_heads": 1},
     "baseconv": {},
+    "mamba2": {"d_state": 16, "expand": 2, "head_dim": 16},
+    "mamba3": {"d_state": 16, "expand": 2, "head_dim": 16},
+    "gated-deltanet": {"n_heads": 1},
 }
 
 

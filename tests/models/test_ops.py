@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from mecheval.models.ops.delta_rule import delta_rule, delta_rule_loop
 from mecheval.models.ops.diag_ssm import diag_ssm, diag_ssm_kernel, diag_ssm_loop
 from mecheval.models.ops.selective_scan import linear_scan, selective_scan, selective_scan_loop
+from mecheval.models.ops.ssd import ssd, ssd_loop
 
 FAST = settings(max_examples=15, deadline=None)
 
@@ -93,6 +94,32 @@ def test_chunkwise_delta_rule_equals_loop_with_gradients(B, T, H, dk, dv, chunk,
         torch.testing.assert_close(f, r, atol=1e-4, rtol=1e-4, msg=name)
 
 
+def gates(B, T, H, seed, scale=1.0):
+    """log α [B, T, H], <= 0."""
+    return -scale * F.softplus(torch.randn(B, T, H, generator=gen(seed)) - 1)
+
+
+@FAST
+@given(
+    B=st.integers(1, 2), T=st.integers(1, 80), H=st.integers(1, 3), dk=st.integers(1, 6), dv=st.integers(1, 5),
+    chunk=st.sampled_from([1, 4, 16, 64]), seed=st.integers(0, 2**16),
+)
+def test_chunkwise_gated_delta_rule_equals_loop_with_gradients(B, T, H, dk, dv, chunk, seed):
+    args = (*delta_inputs(B, T, H, dk, dv, seed), gates(B, T, H, seed + 1))
+    fast = grads(lambda *a: delta_rule(*a, chunk_size=chunk), args, seed)
+    ref = grads(delta_rule_loop, args, seed)
+    for f, r, name in zip(fast, ref, ["o", "q", "k", "v", "beta", "g"]):
+        torch.testing.assert_close(f, r, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_gated_delta_rule_is_stable_under_strong_decay():
+    """Gates of e^-500 per step underflow to 0 in the chunkwise form, never overflow (exponents <= 0 only)."""
+    args = (*delta_inputs(2, 40, 2, 4, 3, 0), gates(2, 40, 2, 1, scale=500.0))
+    o = delta_rule(*args, chunk_size=16)
+    assert torch.isfinite(o).all()
+    torch.testing.assert_close(o, delta_rule_loop(*args), atol=1e-5, rtol=1e-5)
+
+
 def test_delta_rule_overwrites_the_value_of_a_repeated_key():
     """With β = 1 and orthonormal keys the state is a key -> value table; writing a key again replaces
     its value (linear attention would sum the two)."""
@@ -142,3 +169,41 @@ def test_diag_ssm_gradients_reach_the_parameters():
     dA, dB, C = (p.clone().requires_grad_() for p in s4d_params(2, 8, 0))
     diag_ssm(torch.randn(2, 10, 2, generator=gen(0)), dA, dB, C).square().sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in (dA, dB, C))
+
+
+# ------------------------------------------------------------------------------- SSD (Mamba-2, Mamba-3)
+
+
+def ssd_inputs(B, T, H, P, N, R, seed, decay_scale=1.0):
+    g = gen(seed)
+    x, Bm = torch.randn(B, T, H, P, R, generator=g), torch.randn(B, T, H, N, R, generator=g)
+    return x, Bm, torch.randn(B, T, H, N, generator=g), gates(B, T, H, seed + 1, decay_scale)
+
+
+@FAST
+@given(
+    B=st.integers(1, 2), T=st.integers(1, 80), H=st.integers(1, 3), P=st.integers(1, 4), N=st.integers(1, 4),
+    R=st.integers(1, 2), chunk=st.sampled_from([1, 4, 16, 64]), seed=st.integers(0, 2**16),
+)
+def test_chunked_ssd_equals_loop_with_gradients(B, T, H, P, N, R, chunk, seed):
+    args = ssd_inputs(B, T, H, P, N, R, seed)
+    fast = grads(lambda *a: ssd(*a, chunk_size=chunk), args, seed)
+    ref = grads(ssd_loop, args, seed)
+    for f, r, name in zip(fast, ref, ["y", "x", "B", "C", "log_a"]):
+        torch.testing.assert_close(f, r, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_ssd_is_stable_under_strong_decay():
+    args = ssd_inputs(2, 50, 2, 3, 4, 2, 0, decay_scale=500.0)
+    y = ssd(*args, chunk_size=16)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y, ssd_loop(*args), atol=1e-5, rtol=1e-5)
+
+
+def test_ssd_is_the_masked_attention_form():
+    """Sec. 4, eq. 16 of the Mamba-2 paper (R = 1): y = (L ∘ C B^T) x, L_ts = exp(Σ_{r=s+1..t} log a_r) for s <= t."""
+    x, Bm, Cm, log_a = ssd_inputs(2, 20, 3, 4, 5, 1, 7)
+    c = log_a.cumsum(1)  # [B, T, H]
+    L = torch.exp(c[:, :, None] - c[:, None, :]) * torch.ones(20, 20).tril()[None, :, :, None]  # [B, t, s, H]
+    M = L * torch.einsum("bthn,bshn->btsh", Cm, Bm[..., 0])
+    torch.testing.assert_close(ssd(x, Bm, Cm, log_a, chunk_size=8), torch.einsum("btsh,bshp->bthp", M, x[..., 0]))

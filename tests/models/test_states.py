@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 
 from mecheval.models.mixers.based import Based, BasedOptions
 from mecheval.models.mixers.deltanet import DeltaNet, DeltaNetOptions
+from mecheval.models.mixers.gated_deltanet import GatedDeltaNet, GatedDeltaNetOptions
 from mecheval.models.mixers.h3 import H3, H3Options
 from mecheval.models.mixers.mamba import Mamba, MambaOptions
+from mecheval.models.mixers.mamba2 import Mamba2, Mamba2Options
+from mecheval.models.mixers.mamba3 import Mamba3, Mamba3Options
 from mecheval.models.ops.dispatch import kernel_mode
 from mecheval.models.sites import attach, record
 from mecheval.models.states import StateValue
@@ -31,6 +34,14 @@ def _based_flat(S, z):
     return torch.cat([S, z.unsqueeze(-1)], dim=-1).flatten(1)
 
 
+def _second(s):  # the step state's h when it is the second entry: (conv state, h, ...)
+    return s[1].flatten(1)
+
+
+def _second_set(s, flat):
+    return (s[0], flat.view_as(s[1]), *s[2:])
+
+
 # mixer -> (build, the step state's h as [B, D_state], the step state with h replaced)
 STATEFUL = {
     "mamba": (lambda c: Mamba(D, c, MambaOptions(d_state=4), 0, 64),
@@ -42,6 +53,9 @@ STATEFUL = {
     "based": (lambda c: Based(D, 0, BasedOptions(feature_dim=3, n_heads=2, chunk_size=4), 0, 64),
               lambda s: _based_flat(*s),
               lambda s, f: (lambda g: (g[..., :-1], g[..., -1]))(f.view(*s[1].shape, -1))),
+    "mamba2": (lambda c: Mamba2(D, c, Mamba2Options(d_state=4, head_dim=4), 0, 64), _second, _second_set),
+    "mamba3": (lambda c: Mamba3(D, 0, Mamba3Options(d_state=4, head_dim=4), 0, 64), _second, _second_set),
+    "gated-deltanet": (lambda c: GatedDeltaNet(D, c, GatedDeltaNetOptions(n_heads=2), 0, 64), _second, _second_set),
 }
 
 
@@ -199,7 +213,9 @@ def test_state_reads_are_chunked_within_the_budget(monkeypatch):
 
 # --- the engine: state cells of a whole LM against the stepped model -------------------------------
 
-LM_OPTIONS = {"mamba": {"d_state": 4}, "h3": {"d_state": 6}, "deltanet": {"n_heads": 2}, "based": {"feature_dim": 3}}
+LM_OPTIONS = {"mamba": {"d_state": 4}, "h3": {"d_state": 6}, "deltanet": {"n_heads": 2}, "based": {"feature_dim": 3},
+              "mamba2": {"d_state": 4, "head_dim": 4}, "mamba3": {"d_state": 4, "head_dim": 4},
+              "gated-deltanet": {"n_heads": 2}}
 
 
 def small_lm(name: str, vocab: int):

@@ -136,6 +136,7 @@ def test_d_conv_sets_the_convolution(mixer, d_conv):
 # -------------------------------------------------------------------------------------------- sites
 
 STATEFUL = ("mamba", "h3", "deltanet", "based")  # mixers with a recurrent state site (`models.states`)
+STATEFUL += ("mamba2", "mamba3", "gated-deltanet")
 SITE_CASES = cases(convs=(0, 3, "long")) + cases(convs=(4,), archs=["mamba", "deltanet"])
 
 
@@ -145,6 +146,7 @@ def expected_sites(cfg) -> list[str]:
         conv = cfg.d_conv[i]
         local = ["resid_pre", "mixer_in"] + (["conv_in"] if isinstance(conv, int) and conv > 0 else [])
         local += ["conv_out"] if conv != 0 else []
+        local += ["two_token"] if cfg.mixer[i] == "mamba3" else []
         local += ["state"] if cfg.mixer[i] in STATEFUL else []
         local += ["attn_pattern", "head0"] if cfg.mixer[i] == "attention" else []  # one head by default
         local += ["core_out", "mixer_out", "resid_mid"] + (["mlp_out"] if cfg.mlp[i] else []) + ["resid_post"]

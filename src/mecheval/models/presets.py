@@ -14,6 +14,10 @@ ARCHITECTURES: dict[str, dict] = {
     "baseconv": {"mixer": "baseconv", "d_conv": [3, "long"]},
     # Based: layer 0 BaseConv (short conv 3), layer 1 Based linear attention.
     "based": {"mixer": ["baseconv", "based"], "d_conv": [3, None]},
+    # Modern mixers (not in the published study), each with its own paper's block defaults.
+    "mamba2": {"mixer": "mamba2"},
+    "mamba3": {"mixer": "mamba3"},  # no short conv (d_conv 0); a conv as an ablation
+    "gated-deltanet": {"mixer": "gated-deltanet"},
 }
 
 

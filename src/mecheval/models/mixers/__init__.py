@@ -15,6 +15,9 @@ ZOO: dict[str, str] = {
     name: f"mecheval.models.mixers.{name}:SPEC"
     for name in ("attention", "mamba", "deltanet", "h3", "hyena", "based", "baseconv")
 }
+ZOO["mamba2"] = "mecheval.models.mixers.mamba2:SPEC"
+ZOO["mamba3"] = "mecheval.models.mixers.mamba3:SPEC"
+ZOO["gated-deltanet"] = "mecheval.models.mixers.gated_deltanet:SPEC"
 
 
 @functools.cache

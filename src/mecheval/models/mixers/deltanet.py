@@ -54,6 +54,10 @@ class DeltaNetState(StateValue):
     k: torch.Tensor
     v: torch.Tensor
     beta: torch.Tensor  # [B, T, H]
+    g: torch.Tensor | None = None  # log α [B, T, H] of the gated delta rule (None: α = 1)
+
+    def _gate(self, rows):
+        return None if self.g is None else self.g[rows]
 
     @property
     def size(self) -> int:
@@ -64,18 +68,18 @@ class DeltaNetState(StateValue):
         return self.q.shape[1] * (self.v[0, 0].numel() + self.size)  # every state, and the outputs
 
     def _at(self, rows, pos):
-        return delta_rule_state_at(self.k[rows], self.v[rows], self.beta[rows], pos).flatten(1)
+        return delta_rule_state_at(self.k[rows], self.v[rows], self.beta[rows], pos, self._gate(rows)).flatten(1)
 
     def _change(self, rows, pos, delta):
         dS = delta.view(len(rows), *self.k.shape[2:], self.v.shape[3])
-        return delta_rule_state_response(self.q[rows], self.k[rows], self.beta[rows], pos, dS)
+        return delta_rule_state_response(self.q[rows], self.k[rows], self.beta[rows], pos, dS, self._gate(rows))
 
     def _every(self, rows):
-        return delta_rule_states(self.k[rows], self.v[rows], self.beta[rows]).flatten(2)
+        return delta_rule_states(self.k[rows], self.v[rows], self.beta[rows], self._gate(rows)).flatten(2)
 
     def _change_every(self, rows, delta):
         dS = delta.view(len(rows), delta.shape[1], *self.k.shape[2:], self.v.shape[3])
-        return delta_rule_states_response(self.q[rows], self.k[rows], self.beta[rows], dS)
+        return delta_rule_states_response(self.q[rows], self.k[rows], self.beta[rows], dS, self._gate(rows))
 
 
 class DeltaNet(Mixer):

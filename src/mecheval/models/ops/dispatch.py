@@ -126,14 +126,15 @@ def diag_ssm_bilinear(u, log_dt, log_A_real, A_imag, B, C, D=None):
     return reference_diag_ssm.diag_ssm(u, *reference_diag_ssm.bilinear(*params), D)
 
 
-def delta_rule(q, k, v, beta):
-    """DeltaNet's delta rule, same result as `ops.delta_rule.delta_rule`: q, k [B, T, H, d_k]; v [B, T, H, d_v];
-    beta [B, T, H] -> o [B, T, H, d_v]. On CPU the fused recurrence; else the chunkwise (WY) form."""
-    if current_mode() == "auto" and _fused_cpu_ok(q, k, v, beta):
+def delta_rule(q, k, v, beta, g=None):
+    """The (gated) delta rule, same result as `ops.delta_rule.delta_rule`: q, k [B, T, H, d_k]; v [B, T, H, d_v];
+    beta, g (log α, None: α = 1) [B, T, H] -> o [B, T, H, d_v]. On CPU without a gate the fused recurrence;
+    else the chunkwise (WY) form."""
+    if g is None and current_mode() == "auto" and _fused_cpu_ok(q, k, v, beta):
         from mecheval.models.ops.delta_rule_fused import delta_rule_fused  # numba compiles lazily
 
         return delta_rule_fused(q, k, v, beta)
-    return reference_delta_rule.delta_rule(q, k, v, beta)
+    return reference_delta_rule.delta_rule(q, k, v, beta, g)
 
 
 def rms_norm(x, weight, eps: float):
