@@ -14,6 +14,10 @@ ARCHITECTURES: dict[str, dict] = {
     "baseconv": {"mixer": "baseconv", "d_conv": [3, "long"]},
     # Based: layer 0 BaseConv (short conv 3), layer 1 Based linear attention.
     "based": {"mixer": ["baseconv", "based"], "d_conv": [3, None]},
+    # Modern mixers (not in the published study): each as its paper / flash-linear-attention's layer.
+    "gla": {"mixer": "gla"},
+    "rwkv7": {"mixer": "rwkv7"},
+    "deltaproduct": {"mixer": "deltaproduct"},
 }
 
 

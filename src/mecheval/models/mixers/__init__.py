@@ -15,6 +15,9 @@ ZOO: dict[str, str] = {
     name: f"mecheval.models.mixers.{name}:SPEC"
     for name in ("attention", "mamba", "deltanet", "h3", "hyena", "based", "baseconv")
 }
+ZOO["gla"] = "mecheval.models.mixers.gla:SPEC"  # Yang et al. 2024
+ZOO["rwkv7"] = "mecheval.models.mixers.rwkv7:SPEC"  # Peng et al. 2025
+ZOO["deltaproduct"] = "mecheval.models.mixers.deltaproduct:SPEC"  # Siems et al. 2025
 
 
 @functools.cache
