@@ -13,7 +13,7 @@ The state takes n delta-rule steps per token, a product of n generalised Househo
     S_t = S_{t,n} = Π_{j=n..1} (I - β_{t,j} k_{t,j} k_{t,j}^T) α_t S_{t-1} + Σ_j (Π_{i=n..j+1} (I - β_{t,i} k_{t,i} k_{t,i}^T)) β_{t,j} k_{t,j} v_{t,j}^T
     o_t = S_t^T q_t                                  S: [B, H, d_h, d_h] (site `state`: S_t; `core_out`: o)
     y = W_o (RMSNorm_{d_h}(o) ⊙ SiLU(W_g u))         [B, T, D]
-The n steps are T n steps of `ops.dplr` (w = 1 but α_t at each token's first step, a = k_{t,j}, b = -β_{t,j} k_{t,j},
+The n steps are T n steps of `ops.dplr` (w = 1 but α_t at each token's first step, a = k_{t,j}, b = -w β_{t,j} k_{t,j},
 written key β_{t,j} k_{t,j}; q read only at the last step), as fla's recurrent mode runs it. n = 1 is DeltaNet
 (β in (0, 2)). Defaults as fla's layer: n = 2, β in (0, 2), short conv 4, output gate; here 1 head of D (the
 zoo's DeltaNet) and v as wide as k (fla: expand_v 2), and ungated (fla's use_forget_gate True).
@@ -77,7 +77,8 @@ class DeltaProduct(DPLRMixer):
         if self.a_proj is not None:
             g = -torch.exp(self.A_log) * F.softplus(self.a_proj(u) + self.dt_bias)  # log α  [B, T, H]
             log_w = torch.cat([g[:, :, None, :, None], log_w[:, :, 1:]], dim=2)  # at each token's first step
-        return DPLRInputs(reads.flatten(1, 2), beta * k, v, log_w.flatten(1, 2), k, -beta * k)
+        log_w = log_w.flatten(1, 2)  # the transition α (I - β k k^T) = diag(α) + (-α β k) k^T
+        return DPLRInputs(reads.flatten(1, 2), beta * k, v, log_w, k, -beta * log_w.exp() * k)
 
     def _out(self, o, steps, u, u_prev):
         return self.out(o, u)
