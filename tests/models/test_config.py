@@ -75,6 +75,9 @@ PUBLISHED = {
     "hyena": (["hyena"] * 2, [3, 3], [True] * 2, ["layernorm"] * 2, "none"),
     "baseconv": (["baseconv"] * 2, [3, "long"], [True] * 2, ["layernorm"] * 2, "none"),
     "based": (["baseconv", "based"], [3, 0], [True] * 2, ["layernorm"] * 2, "none"),
+    "gla": (["gla"] * 2, [0, 0], [True] * 2, ["rmsnorm"] * 2, "none"),
+    "rwkv7": (["rwkv7"] * 2, [0, 0], [True] * 2, ["rmsnorm"] * 2, "none"),
+    "deltaproduct": (["deltaproduct"] * 2, [4, 4], [True] * 2, ["rmsnorm"] * 2, "none"),
 }
 
 
@@ -95,6 +98,9 @@ PUBLISHED_OPTIONS = {
     "hyena": {"filter_order": 64},
     "based": {"feature_dim": 8, "n_heads": 1},
     "baseconv": {},
+    "gla": {"n_heads": 4, "expand_k": 0.5, "expand_v": 1.0, "gate_rank": 16, "gate_normalizer": 16.0},
+    "rwkv7": {"n_heads": 1, "decay_rank": 32, "token_shift": True},
+    "deltaproduct": {"n_heads": 1, "n_householder": 2, "allow_neg_eigval": True, "gate": False},
 }
 
 

@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 
 from mecheval.models.mixers.based import Based, BasedOptions
 from mecheval.models.mixers.deltanet import DeltaNet, DeltaNetOptions
+from mecheval.models.mixers.deltaproduct import DeltaProduct, DeltaProductOptions
+from mecheval.models.mixers.gla import GLA, GLAOptions
 from mecheval.models.mixers.h3 import H3, H3Options
 from mecheval.models.mixers.mamba import Mamba, MambaOptions
+from mecheval.models.mixers.rwkv7 import RWKV7, RWKV7Options
 from mecheval.models.ops.dispatch import kernel_mode
 from mecheval.models.sites import attach, record
 from mecheval.models.states import StateValue
@@ -42,6 +45,13 @@ STATEFUL = {
     "based": (lambda c: Based(D, 0, BasedOptions(feature_dim=3, n_heads=2, chunk_size=4), 0, 64),
               lambda s: _based_flat(*s),
               lambda s, f: (lambda g: (g[..., :-1], g[..., -1]))(f.view(*s[1].shape, -1))),
+    # the DPLR mixers' step state: (conv window, u_{t-1}, S)
+    "gla": (lambda c: GLA(D, c, GLAOptions(n_heads=2), 0, 64),
+            lambda s: s[2].flatten(1), lambda s, f: (*s[:2], f.view_as(s[2]))),
+    "rwkv7": (lambda c: RWKV7(D, c, RWKV7Options(n_heads=2), 0, 64),
+              lambda s: s[2].flatten(1), lambda s, f: (*s[:2], f.view_as(s[2]))),
+    "deltaproduct": (lambda c: DeltaProduct(D, c, DeltaProductOptions(n_heads=2, gate=True), 0, 64),
+                     lambda s: s[2].flatten(1), lambda s, f: (*s[:2], f.view_as(s[2]))),
 }
 
 
@@ -199,7 +209,8 @@ def test_state_reads_are_chunked_within_the_budget(monkeypatch):
 
 # --- the engine: state cells of a whole LM against the stepped model -------------------------------
 
-LM_OPTIONS = {"mamba": {"d_state": 4}, "h3": {"d_state": 6}, "deltanet": {"n_heads": 2}, "based": {"feature_dim": 3}}
+LM_OPTIONS = {"mamba": {"d_state": 4}, "h3": {"d_state": 6}, "deltanet": {"n_heads": 2}, "based": {"feature_dim": 3},
+              "gla": {"n_heads": 2}, "rwkv7": {"n_heads": 2}, "deltaproduct": {"n_heads": 2, "gate": True}}
 
 
 def small_lm(name: str, vocab: int):

@@ -135,8 +135,8 @@ def test_d_conv_sets_the_convolution(mixer, d_conv):
 
 # -------------------------------------------------------------------------------------------- sites
 
-STATEFUL = ("mamba", "h3", "deltanet", "based")  # mixers with a recurrent state site (`models.states`)
-SITE_CASES = cases(convs=(0, 3, "long")) + cases(convs=(4,), archs=["mamba", "deltanet"])
+STATEFUL = ("mamba", "h3", "deltanet", "based", "gla", "rwkv7", "deltaproduct")  # mixers with a recurrent state site (`models.states`)
+SITE_CASES = cases(convs=(0, 3, "long")) + cases(convs=(4,), archs=["mamba", "deltanet", "deltaproduct"])
 
 
 def expected_sites(cfg) -> list[str]:
