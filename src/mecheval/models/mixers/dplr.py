@@ -35,7 +35,7 @@ from mecheval.models.ops.dplr import (
 )
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
-from mecheval.models.states import StateSite, StateValue
+from mecheval.models.states import MatrixState, StateSite
 
 
 def _rows(x: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
@@ -43,25 +43,14 @@ def _rows(x: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class DPLRState(StateValue):
+class DPLRState(MatrixState):
     """S [H, d_k, d_v] after each token (its last step: step (t + 1) n - 1), by `ops.dplr`'s state forms;
-    output: o [B, T, H, d_v]. Fields: the recurrence's inputs over the T · n steps."""
+    output: o [B, T, H, d_v]. Fields: the recurrence's inputs over the T n steps (q, k, v [B, T n, H, ·])."""
 
-    q: torch.Tensor  # [B, T n, H, d_k]
-    k: torch.Tensor
-    v: torch.Tensor  # [B, T n, H, d_v]
     log_w: torch.Tensor  # [B, T n, H, d_k or 1]
-    a: torch.Tensor | None
+    a: torch.Tensor | None  # [B, T n, H, d_k]
     b: torch.Tensor | None
     substeps: int = 1
-
-    @property
-    def size(self) -> int:
-        return self.k.shape[2] * self.k.shape[3] * self.v.shape[3]
-
-    @property
-    def work(self) -> int:
-        return self.q.shape[1] * (self.v[0, 0].numel() + self.size)  # every state, and the outputs
 
     def _step_of(self, pos: torch.Tensor) -> torch.Tensor:
         return (pos + 1) * self.substeps - 1
