@@ -10,12 +10,13 @@ Per head (H heads of d_h = D / H; `mixers.dplr`'s frame), n = n_householder keys
 The state takes n delta-rule steps per token, a product of n generalised Householder transitions:
     S_{t,0} = α_t S_{t-1}     (α_t = exp(-e^{A} softplus(w_α · u_t + b)), Gated DeltaProduct; α_t = 1 otherwise)
     S_{t,j} = (I - β_{t,j} k_{t,j} k_{t,j}^T) S_{t,j-1} + β_{t,j} k_{t,j} v_{t,j}^T,    j = 1..n
-    S_t = S_{t,n} = Π_{j=n..1} (I - β_{t,j} k_{t,j} k_{t,j}^T) α_t S_{t-1} + Σ_j (Π_{i=n..j+1} (I - β_{t,i} k_{t,i} k_{t,i}^T)) β_{t,j} k_{t,j} v_{t,j}^T
+    S_t = S_{t,n} = (Π_{j=n..1} H_{t,j}) α_t S_{t-1} + Σ_j (Π_{i=n..j+1} H_{t,i}) β_{t,j} k_{t,j} v_{t,j}^T,
+                    H_{t,j} = I - β_{t,j} k_{t,j} k_{t,j}^T   (the paper's eq.: a product of n Householder-like factors)
     o_t = S_t^T q_t                                  S: [B, H, d_h, d_h] (site `state`: S_t; `core_out`: o)
     y = W_o (RMSNorm_{d_h}(o) ⊙ SiLU(W_g u))         [B, T, D]
-The n steps are T n steps of `ops.dplr` (w = 1 but α_t at each token's first step, a = k_{t,j}, b = -w β_{t,j} k_{t,j},
-written key β_{t,j} k_{t,j}; q read only at the last step), as fla's recurrent mode runs it. n = 1 is DeltaNet
-(β in (0, 2)). Defaults as fla's layer: n = 2, β in (0, 2), short conv 4, output gate; here 1 head of D (the
+The n steps are T n steps of `ops.dplr` (w = 1 but α_t at each token's first step, a = k_{t,j},
+b = -w β_{t,j} k_{t,j}, written key β_{t,j} k_{t,j}; q read only at the last step), as fla's recurrent mode
+runs them. n = 1 with β in (0, 1) (`allow_neg_eigval: false`) is DeltaNet's core. Defaults as fla's layer: n = 2, β in (0, 2), short conv 4, output gate; here 1 head of D (the
 zoo's DeltaNet) and v as wide as k (fla: expand_v 2), and ungated (fla's use_forget_gate True).
 """
 
