@@ -17,7 +17,8 @@ The state takes n delta-rule steps per token, a product of n generalised Househo
 The n steps are T n steps of `ops.dplr` (w = 1 but α_t at each token's first step, a = k_{t,j},
 b = -w β_{t,j} k_{t,j}, written key β_{t,j} k_{t,j}; q read only at the last step), as fla's recurrent mode
 runs them. n = 1 with β in (0, 1) (`allow_neg_eigval: false`) is DeltaNet's core. Defaults as fla's layer: n = 2, β in (0, 2), short conv 4, output gate; here 1 head of D (the
-zoo's DeltaNet) and v as wide as k (fla: expand_v 2), and ungated (fla's use_forget_gate True).
+zoo's DeltaNet) and v as wide as k (fla: expand_v 2), and ungated (fla's use_forget_gate True); the gate's
+A ~ U[1, 16] as Mamba-2 (fla: U[0, 16]).
 """
 
 from __future__ import annotations
