@@ -84,7 +84,7 @@ def test_rwkv7_is_the_generalised_delta_rule_in_the_papers_orientation():
     core, y = core_of(m, x)
     H, d = 2, 8
     with torch.no_grad():
-        W_r, W_k, W_v = m.rkv.weight.chunk(3)
+        W_r, W_k, W_v = m.r_proj.weight, m.k_proj.weight, m.v_proj.weight
         S = torch.zeros(2, H, d, d)  # [B, H, d_v, d_k]
         prev, cores, ys = torch.zeros(2, 16), [], []
         for t in range(11):
@@ -114,7 +114,7 @@ def test_rwkv7_token_shift_is_a_two_tap_conv_with_taps_summing_to_one():
     m = make_mixer("rwkv7")
     x = inputs(2, 9, 16, 2)
     conv = ShortConv(16, 2)
-    W_r = m.rkv.weight.chunk(3)[0]
+    W_r = m.r_proj.weight
     with torch.no_grad():
         conv.weight.copy_(torch.stack([m.mu[0], 1 - m.mu[0]], -1)[:, None])  # lag 1: μ_r, lag 0: 1 - μ_r
         expect = conv(x) @ W_r.T

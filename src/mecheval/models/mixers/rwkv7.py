@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
@@ -66,7 +65,7 @@ class RWKV7(DPLRMixer):
         super().__init__(d_model, conv, options, layer_idx, max_len, channels=3 * d_model,
                          heads=(H, d_model // H, d_model // H))
         self.mu = nn.Parameter(torch.zeros(len(SHIFTED), d_model)) if options.token_shift else None
-        self.rkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.r_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
         self.decay = low_rank(d_model, options.decay_rank, nn.Tanh(), bias=True)
         self.icl_rate = low_rank(d_model, options.a_rank, nn.Identity(), bias=True)
         self.gate = low_rank(d_model, options.gate_rank, nn.Sigmoid(), bias=False)
@@ -94,23 +93,19 @@ class RWKV7(DPLRMixer):
         self.decay[-1].bias.copy_(-6 + 6 * (n / max(D - 1, 1)) + 0.5 + 2.5 * zigzag)
         self.icl_rate[-1].bias.copy_(-0.19 + 0.3 * zigzag + 0.4 * ramp)
 
-    def _shifted(self, u, u_prev) -> dict[str, torch.Tensor]:
-        """x^□ for □ in SHIFTED: [B, T, D] each."""
-        if self.mu is None:
-            return dict.fromkeys(SHIFTED, u)
-        return {name: u + (u_prev - u) * mu for name, mu in zip(SHIFTED, self.mu)}
+    def _shifted(self, name: str, u, u_prev):
+        """x^□ = u + (u_{t-1} - u) ⊙ μ_□ for □ = name (u itself without the token shift): [B, T, D]."""
+        return u if self.mu is None else u + (u_prev - u) * self.mu[SHIFTED.index(name)]
 
     def _project(self, u, u_prev):
-        x = self._shifted(u, u_prev)
-        W_r, W_k, W_v = self.rkv.weight.chunk(3)
-        return torch.cat([F.linear(x["r"], W_r), F.linear(x["k"], W_k), F.linear(x["v"], W_v)], dim=-1)
+        projections = zip("rkv", (self.r_proj, self.k_proj, self.v_proj))
+        return torch.cat([proj(self._shifted(name, u, u_prev)) for name, proj in projections], dim=-1)
 
     def _recurrence(self, c, u, u_prev):
-        x = self._shifted(u, u_prev)
         heads = (self.n_heads, self.d_k)
         r, k, v = (z.unflatten(-1, heads) for z in c.chunk(3, dim=-1))
-        log_w = (-MAX_LOG_DECAY * torch.sigmoid(self.decay(x["w"]))).unflatten(-1, heads)
-        a = torch.sigmoid(self.icl_rate(x["a"])).unflatten(-1, heads)
+        log_w = (-MAX_LOG_DECAY * torch.sigmoid(self.decay(self._shifted("w", u, u_prev)))).unflatten(-1, heads)
+        a = torch.sigmoid(self.icl_rate(self._shifted("a", u, u_prev))).unflatten(-1, heads)
         kappa = l2_normalize(k * self.removal.view(heads))  # κ̂
         k_new = k * (1 + (a - 1) * self.replacement.view(heads))  # k̃
         return DPLRInputs(r, k_new, v, log_w, -kappa, a * kappa)
@@ -119,7 +114,7 @@ class RWKV7(DPLRMixer):
         r, k_new, v = steps.q, steps.k, steps.v
         normed = self.g_norm(o.flatten(-2).flatten(0, -2)).view(o.shape)
         p = normed + (r * self.bonus * k_new).sum(-1, keepdim=True) * v
-        return self.o_proj(p.flatten(-2) * self.gate(self._shifted(u, u_prev)["g"]))
+        return self.o_proj(p.flatten(-2) * self.gate(self._shifted("g", u, u_prev)))
 
 
 SPEC = MixerSpec(cls=RWKV7, options=RWKV7Options, default_conv=0, default_mlp=True, default_norm="rmsnorm")

@@ -20,7 +20,7 @@ A_xy[t, s] = Σ_i x_ti e^{c_{t-1,i} - c_{s,i}} y_si for s < t. Then
     S_L = e^{c_L} ⊙ S_0 + Σ_s e^{c_L - c_s} ⊙ (k_s v_s^T + b_s u_s^T)
 Every exponent is <= 0 (pairwise differences within a chunk): nothing overflows whatever the decay.
 `dplr_loop` is the plain per-step loop the chunkwise form is tested against; the state forms below serve
-the `state` site (`mixers.linear_recurrence.DPLRState`).
+the `state` site (`mixers.dplr.DPLRState`).
 """
 
 from __future__ import annotations
