@@ -29,7 +29,6 @@ from mecheval.models.ops.dplr import (
     dplr,
     dplr_run,
     dplr_state_at,
-    dplr_state_response,
     dplr_states,
     dplr_states_response,
 )
@@ -40,6 +39,11 @@ from mecheval.models.states import MatrixState, StateSite
 
 def _rows(x: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
     return None if x is None else x[rows]
+
+
+def last_steps(n: int) -> slice:
+    """The index of each token's last step along a steps axis of T n steps: step (t + 1) n - 1 for token t."""
+    return slice(n - 1, None, n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +62,7 @@ class DPLRState(MatrixState):
     def _moved(self, rows: torch.Tensor, moves: torch.Tensor) -> torch.Tensor:
         """Δo at every token [n, T, H, d_v] from moves of S after each step [n, T n, H, d_k, d_v]."""
         dlr = (_rows(x, rows) for x in (self.q, self.log_w, self.a, self.b))
-        return dplr_states_response(*dlr, moves)[:, self.substeps - 1 :: self.substeps]
+        return dplr_states_response(*dlr, moves)[:, last_steps(self.substeps)]
 
     def _at(self, rows, pos):
         kvwab = (_rows(x, rows) for x in (self.k, self.v, self.log_w, self.a, self.b))
@@ -66,21 +70,18 @@ class DPLRState(MatrixState):
 
     def _change(self, rows, pos, delta):
         dS = delta.view(len(rows), *self.k.shape[2:], self.v.shape[3])
-        if self.substeps == 1:
-            dlr = (_rows(x, rows) for x in (self.q, self.log_w, self.a, self.b))
-            return dplr_state_response(*dlr, pos, dS)
         moves = dS.new_zeros(len(rows), self.q.shape[1], *dS.shape[1:])
         moves[torch.arange(len(rows)), self._step_of(pos)] = dS
         return self._moved(rows, moves)
 
     def _every(self, rows):
         kvwab = (_rows(x, rows) for x in (self.k, self.v, self.log_w, self.a, self.b))
-        return dplr_states(*kvwab)[:, self.substeps - 1 :: self.substeps].flatten(2)
+        return dplr_states(*kvwab)[:, last_steps(self.substeps)].flatten(2)
 
     def _change_every(self, rows, delta):
         dS = delta.view(len(rows), delta.shape[1], *self.k.shape[2:], self.v.shape[3])
         moves = dS.new_zeros(len(rows), self.q.shape[1], *dS.shape[2:])
-        moves[:, self.substeps - 1 :: self.substeps] = dS
+        moves[:, last_steps(self.substeps)] = dS
         return self._moved(rows, moves)
 
 
@@ -131,9 +132,8 @@ class DPLRMixer(Mixer):
         if self.conv is not None:
             c = self.conv_out(self.conv(c))
         steps = self._recurrence(c, u, u_prev)
-        n = self.substeps
-        o = dplr(*steps)[:, n - 1 :: n]  # each token's last step
-        o = self.state(DPLRState(o, *steps, substeps=n)).output
+        o = dplr(*steps)[:, last_steps(self.substeps)]
+        o = self.state(DPLRState(o, *steps, substeps=self.substeps)).output
         o = self.core_out(o.flatten(-2)).unflatten(-1, (self.n_heads, self.d_v))
         return self._out(o, steps, u, u_prev)
 

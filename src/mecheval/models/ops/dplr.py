@@ -159,11 +159,3 @@ def dplr_state_at(k, v, log_w, a, b, pos):
     upto = int(pos.max()) + 1
     cut = [None if x is None else x[:, :upto] for x in (k, v, log_w, a, b)]
     return dplr_states(*cut)[torch.arange(len(pos)), pos]
-
-
-def dplr_state_response(q, log_w, a, b, pos, dS):
-    """The change of o when the state after pos moves by dS [n, H, d_k, d_v] (the one move of
-    `dplr_states_response`): 0 up to pos -> Δo [n, T, H, d_v]."""
-    moves = dS.new_zeros(dS.shape[0], q.shape[1], *dS.shape[1:])
-    moves[torch.arange(len(pos)), pos] = dS
-    return dplr_states_response(q, log_w, a, b, moves)
