@@ -95,7 +95,7 @@ def test_interchange_tables_say_the_method_and_refuse_unknown_ones(ar_task):
         interchange(lm, ar_task, batch, "key", ["resid_pre"], method="exactly")
 
 
-@pytest.mark.parametrize("mixer", ["mamba", "h3", "deltanet", "based"])
+@pytest.mark.parametrize("mixer", ["mamba", "h3", "deltanet", "based", "gla", "rwkv7", "deltaproduct"])
 def test_state_estimates_are_the_derivative_along_the_patch(ar_task, mixer):
     """A state cell's plain estimate is the derivative of the exact patch along (1 − ε)·base + ε·source state."""
     lm = random_lm(ar_task.vocab_size, n_layers=2, mixer=mixer).double()

@@ -78,6 +78,9 @@ PUBLISHED = {
     "mamba2": (["mamba2"] * 2, [4, 4], [False] * 2, ["rmsnorm"] * 2, "none"),
     "mamba3": (["mamba3"] * 2, [0, 0], [False] * 2, ["rmsnorm"] * 2, "none"),
     "gated-deltanet": (["gated-deltanet"] * 2, [4, 4], [True] * 2, ["layernorm"] * 2, "none"),
+    "gla": (["gla"] * 2, [0, 0], [True] * 2, ["rmsnorm"] * 2, "none"),
+    "rwkv7": (["rwkv7"] * 2, [0, 0], [True] * 2, ["rmsnorm"] * 2, "none"),
+    "deltaproduct": (["deltaproduct"] * 2, [4, 4], [True] * 2, ["rmsnorm"] * 2, "none"),
 }
 
 
@@ -101,6 +104,9 @@ PUBLISHED_OPTIONS = {
     "mamba2": {"d_state": 16, "expand": 2, "head_dim": 16},
     "mamba3": {"d_state": 16, "expand": 2, "head_dim": 16},
     "gated-deltanet": {"n_heads": 1},
+    "gla": {"n_heads": 4, "expand_k": 0.5, "expand_v": 1.0, "gate_rank": 16, "gate_normalizer": 16.0},
+    "rwkv7": {"n_heads": 1, "decay_rank": 32, "token_shift": True},
+    "deltaproduct": {"n_heads": 1, "n_householder": 2, "allow_neg_eigval": True, "gate": False},
 }
 
 

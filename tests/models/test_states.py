@@ -10,11 +10,14 @@ from hypothesis import strategies as st
 
 from mecheval.models.mixers.based import Based, BasedOptions
 from mecheval.models.mixers.deltanet import DeltaNet, DeltaNetOptions
+from mecheval.models.mixers.deltaproduct import DeltaProduct, DeltaProductOptions
 from mecheval.models.mixers.gated_deltanet import GatedDeltaNet, GatedDeltaNetOptions
+from mecheval.models.mixers.gla import GLA, GLAOptions
 from mecheval.models.mixers.h3 import H3, H3Options
 from mecheval.models.mixers.mamba import Mamba, MambaOptions
 from mecheval.models.mixers.mamba2 import Mamba2, Mamba2Options
 from mecheval.models.mixers.mamba3 import Mamba3, Mamba3Options
+from mecheval.models.mixers.rwkv7 import RWKV7, RWKV7Options
 from mecheval.models.ops.dispatch import kernel_mode
 from mecheval.models.sites import attach, record
 from mecheval.models.states import StateValue
@@ -56,6 +59,13 @@ STATEFUL = {
     "mamba2": (lambda c: Mamba2(D, c, Mamba2Options(d_state=4, head_dim=4), 0, 64), _second, _second_set),
     "mamba3": (lambda c: Mamba3(D, 0, Mamba3Options(d_state=4, head_dim=4), 0, 64), _second, _second_set),
     "gated-deltanet": (lambda c: GatedDeltaNet(D, c, GatedDeltaNetOptions(n_heads=2), 0, 64), _second, _second_set),
+    # the DPLR mixers' step state: (conv window, u_{t-1}, S)
+    "gla": (lambda c: GLA(D, c, GLAOptions(n_heads=2), 0, 64),
+            lambda s: s[2].flatten(1), lambda s, f: (*s[:2], f.view_as(s[2]))),
+    "rwkv7": (lambda c: RWKV7(D, c, RWKV7Options(n_heads=2), 0, 64),
+              lambda s: s[2].flatten(1), lambda s, f: (*s[:2], f.view_as(s[2]))),
+    "deltaproduct": (lambda c: DeltaProduct(D, c, DeltaProductOptions(n_heads=2, gate=True), 0, 64),
+                     lambda s: s[2].flatten(1), lambda s, f: (*s[:2], f.view_as(s[2]))),
 }
 
 
@@ -215,7 +225,8 @@ def test_state_reads_are_chunked_within_the_budget(monkeypatch):
 
 LM_OPTIONS = {"mamba": {"d_state": 4}, "h3": {"d_state": 6}, "deltanet": {"n_heads": 2}, "based": {"feature_dim": 3},
               "mamba2": {"d_state": 4, "head_dim": 4}, "mamba3": {"d_state": 4, "head_dim": 4},
-              "gated-deltanet": {"n_heads": 2}}
+              "gated-deltanet": {"n_heads": 2},
+              "gla": {"n_heads": 2}, "rwkv7": {"n_heads": 2}, "deltaproduct": {"n_heads": 2, "gate": True}}
 
 
 def small_lm(name: str, vocab: int):

@@ -136,8 +136,8 @@ def test_d_conv_sets_the_convolution(mixer, d_conv):
 # -------------------------------------------------------------------------------------------- sites
 
 STATEFUL = ("mamba", "h3", "deltanet", "based")  # mixers with a recurrent state site (`models.states`)
-STATEFUL += ("mamba2", "mamba3", "gated-deltanet")
-SITE_CASES = cases(convs=(0, 3, "long")) + cases(convs=(4,), archs=["mamba", "deltanet"])
+STATEFUL += ("mamba2", "mamba3", "gated-deltanet", "gla", "rwkv7", "deltaproduct")
+SITE_CASES = cases(convs=(0, 3, "long")) + cases(convs=(4,), archs=["mamba", "deltanet", "deltaproduct"])
 
 
 def expected_sites(cfg) -> list[str]:

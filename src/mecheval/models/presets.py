@@ -18,6 +18,9 @@ ARCHITECTURES: dict[str, dict] = {
     "mamba2": {"mixer": "mamba2"},
     "mamba3": {"mixer": "mamba3"},  # no short conv (d_conv 0); a conv as an ablation
     "gated-deltanet": {"mixer": "gated-deltanet"},
+    "gla": {"mixer": "gla"},
+    "rwkv7": {"mixer": "rwkv7"},
+    "deltaproduct": {"mixer": "deltaproduct"},
 }
 
 

@@ -137,6 +137,23 @@ class StateValue:
         return dataclasses.replace(self, output=self.respond(rows, pos, delta))
 
 
+@dataclasses.dataclass(frozen=True)
+class MatrixState(StateValue):
+    """A state of one matrix S [H, d_k, d_v] per head, written from keys and values (DeltaNet, the DPLR mixers)."""
+
+    q: torch.Tensor  # [B, T, H, d_k]
+    k: torch.Tensor  # [B, T, H, d_k]
+    v: torch.Tensor  # [B, T, H, d_v]
+
+    @property
+    def size(self) -> int:
+        return self.k.shape[2] * self.k.shape[3] * self.v.shape[3]
+
+    @property
+    def work(self) -> int:
+        return self.q.shape[1] * (self.v[0, 0].numel() + self.size)  # every state, and the outputs
+
+
 class StateSite(Site):
     """The site `state`: identity on a `StateValue` (hooks read it with `at` and patch it with `patched`)."""
 

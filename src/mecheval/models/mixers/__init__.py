@@ -18,6 +18,9 @@ ZOO: dict[str, str] = {
 ZOO["mamba2"] = "mecheval.models.mixers.mamba2:SPEC"
 ZOO["mamba3"] = "mecheval.models.mixers.mamba3:SPEC"
 ZOO["gated-deltanet"] = "mecheval.models.mixers.gated_deltanet:SPEC"
+ZOO["gla"] = "mecheval.models.mixers.gla:SPEC"  # Yang et al. 2024
+ZOO["rwkv7"] = "mecheval.models.mixers.rwkv7:SPEC"  # Peng et al. 2025
+ZOO["deltaproduct"] = "mecheval.models.mixers.deltaproduct:SPEC"  # Siems et al. 2025
 
 
 @functools.cache

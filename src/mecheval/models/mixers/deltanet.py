@@ -38,7 +38,7 @@ from mecheval.models.ops.delta_rule import (
 from mecheval.models.ops.dispatch import delta_rule, l2_normalize
 from mecheval.models.shortconv import ConvSpec, make_conv
 from mecheval.models.sites import Site
-from mecheval.models.states import StateSite, StateValue
+from mecheval.models.states import MatrixState, StateSite
 
 
 class DeltaNetOptions(MixerOptions):
@@ -47,25 +47,14 @@ class DeltaNetOptions(MixerOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeltaNetState(StateValue):
+class DeltaNetState(MatrixState):
     """S_t [H, d_h, d_h] after each t (`ops.delta_rule`'s state forms); output: core [B, T, H, d_h]."""
 
-    q: torch.Tensor  # [B, T, H, d_h]
-    k: torch.Tensor
-    v: torch.Tensor
     beta: torch.Tensor  # [B, T, H]
     g: torch.Tensor | None = None  # log α [B, T, H] of the gated delta rule (None: α = 1)
 
     def _gate(self, rows):
         return None if self.g is None else self.g[rows]
-
-    @property
-    def size(self) -> int:
-        return self.k.shape[2] * self.k.shape[3] * self.v.shape[3]
-
-    @property
-    def work(self) -> int:
-        return self.q.shape[1] * (self.v[0, 0].numel() + self.size)  # every state, and the outputs
 
     def _at(self, rows, pos):
         return delta_rule_state_at(self.k[rows], self.v[rows], self.beta[rows], pos, self._gate(rows)).flatten(1)

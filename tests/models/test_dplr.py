@@ -1,0 +1,60 @@
+"""The diagonal-plus-low-rank recurrence (`ops.dplr`): the chunkwise form equals the per-step loop (across
+chunk boundaries, per-dimension or per-head decay, with and without the low-rank term, strong decays), and
+with w = 1, a = k, b = -β k it is the delta rule of `ops.delta_rule`."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mecheval.models.ops.delta_rule import delta_rule_loop
+from mecheval.models.ops.dplr import dplr, dplr_loop, dplr_states
+
+FAST = settings(max_examples=12, deadline=None)
+
+
+def _inputs(seed, T, H, dk, dv, per_dim, low_rank, decay_scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    q, k, a = randn(2, T, H, dk), randn(2, T, H, dk), randn(2, T, H, dk)
+    b = 0.3 * randn(2, T, H, dk)
+    log_w = -decay_scale * torch.rand(2, T, H, dk if per_dim else 1, generator=g, dtype=torch.float64)
+    return q, k, randn(2, T, H, dv), log_w, *((a, b) if low_rank else (None, None))
+
+
+@FAST
+@given(seed=st.integers(0, 999), T=st.integers(1, 50), H=st.sampled_from([1, 3]), dk=st.sampled_from([1, 4]),
+       dv=st.sampled_from([1, 3]), per_dim=st.booleans(), low_rank=st.booleans(), chunk=st.sampled_from([4, 16]))
+def test_chunkwise_form_equals_the_loop(seed, T, H, dk, dv, per_dim, low_rank, chunk):
+    args = _inputs(seed, T, H, dk, dv, per_dim, low_rank)
+    torch.testing.assert_close(dplr(*args, chunk_size=chunk), dplr_loop(*args), atol=1e-9, rtol=1e-9)
+
+
+def test_strong_decays_stay_finite_and_exact():
+    """log w down to -60 a step: e^{-c_s} alone would overflow float32 within a chunk; the pairwise form does not."""
+    args = [x.float() if x is not None else None for x in _inputs(0, 40, 2, 4, 3, True, True, decay_scale=60.0)]
+    out = dplr(*args)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, dplr_loop(*args), atol=1e-4, rtol=1e-4)
+
+
+def test_with_unit_decay_and_a_householder_term_it_is_the_delta_rule():
+    q, k, v, _, _, _ = _inputs(1, 37, 2, 4, 3, True, False)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    beta = torch.rand(2, 37, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    b = beta[..., None]
+    no_decay = torch.zeros(2, 37, 2, 1, dtype=torch.float64)
+    expect = delta_rule_loop(q, k, v, beta)
+    torch.testing.assert_close(dplr(q, b * k, v, no_decay, k, -b * k, chunk_size=8), expect, atol=1e-10, rtol=1e-10)
+
+
+def test_states_are_the_loops_states():
+    q, k, v, log_w, a, b = _inputs(3, 9, 2, 3, 2, True, True)
+    states = dplr_states(k, v, log_w, a, b)  # [n, T, H, d_k, d_v]
+    for t in range(9):  # o_t = S_t^T q_t
+        torch.testing.assert_close(torch.einsum("nhkv,nhk->nhv", states[:, t], q[:, t]),
+                                   dplr_loop(q, k, v, log_w, a, b)[:, t], atol=1e-10, rtol=1e-10)
