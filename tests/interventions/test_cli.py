@@ -134,11 +134,37 @@ def test_an_analysis_the_model_cannot_have_says_so_in_one_line(sweep):
     app.command("other")(lambda: None)
     run = sweep / "runs" / "induction"
     result = CliRunner().invoke(app, ["intervene", str(run), "--n", "32", "--sites", "resid_pre",
-                                      "--analysis", "conv-window,state"])
+                                      "--analysis", "conv-window,state,two-token"])
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if "does not apply" in line]
     assert notes == ["induction: the conv-window analysis does not apply: the model has no short convolution (the "
                      "analysis reads where one binds key and value)",
                      "induction: the state analysis does not apply: the model has no recurrent state (the analysis "
-                     "reads the answer each layer's state carries)"]
+                     "reads the answer each layer's state carries)",
+                     "induction: the two-token analysis does not apply: the model has no two-token term (Mamba-3's "
+                     "trapezoidal update: the analysis zeroes it per layer)"]
     assert (run / "verdict.json").exists() and not (run / "conv_window.parquet").exists()
+
+
+def test_the_two_token_analysis_zeroes_mamba3s_previous_token_term_per_layer(tmp_path, ar_task, monkeypatch):
+    """--analysis two-token on a Mamba-3 (no short conv): accuracy with the term zeroed in no layer, both, and each."""
+    import torch
+
+    from mecheval.models import build_model
+    from tests.models.conftest import make_config
+
+    run = tmp_path / "mamba3"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: untrained\n")
+    (run / "model.safetensors").write_bytes(b"")
+    seq_len = ar_task.sample(1, seed=0).tokens.shape[1]
+    torch.manual_seed(0)
+    lm = build_model(make_config("mamba3", vocab_size=ar_task.vocab_size, max_len=seq_len))
+    monkeypatch.setattr("mecheval.training.run_dir.load_run", lambda run_dir: (lm, ar_task, None))
+    app = typer.Typer()
+    intervene.register(app)
+    app.command("other")(lambda: None)
+    result = CliRunner().invoke(app, ["intervene", str(run), "--n", "32", "--sites", "resid_pre", "--analysis", "two-token"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_parquet(run / "two_token.parquet")
+    assert list(table["layers"]) == ["none", "0+1", "0", "1"] and (table["n"] > 0).all()

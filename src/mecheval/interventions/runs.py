@@ -6,6 +6,7 @@
     RUN_DIR/carriers.parquet             the full-window readout at the verdict's read point (`carriers.py`)
     RUN_DIR/accuracy.parquet             accuracy (Wilson 95% interval) per artefact subset and key distance
     RUN_DIR/conv_window.parquet, conv_ablation.parquet, interventions/conv_window.png   (--analysis conv-window)
+    RUN_DIR/two_token.parquet   (--analysis two-token: Mamba-3's previous-token term zeroed per layer)
     RUN_DIR/state_curve.parquet, interventions/state_curve.png   (--analysis state, models with a state)
     RUN_DIR/pointer.parquet              the pointer control at the verdict's read point (`pointer.py`)
     RUN_DIR/verdict.json                 the mechanism verdict, its detail, the accuracy it rests on, and which
@@ -31,6 +32,7 @@ from mecheval.interventions.accuracy import (EXAMPLES, accuracy_fields, accuracy
 from mecheval.interventions.artefact import distance_subsets, short_convs, subsets
 from mecheval.interventions.carriers import carriers_table
 from mecheval.interventions.conv_window import conv_ablation, conv_window
+from mecheval.interventions.two_token import TWO_TOKEN, two_token_ablation, two_token_sites
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.interventions.patching import N_EXAMPLES, interchange
 from mecheval.interventions.pointer import POINTER, pointer_control
@@ -61,14 +63,16 @@ def present_sites(names: list[str], patterns: list[str]) -> list[str]:
     return [p for p in patterns if matches(names, p)]
 
 
-ANALYSES = ("conv-window", "state")  # optional analyses of `intervene_run` (`--analysis`)
+ANALYSES = ("conv-window", "state", "two-token")  # optional analyses of `intervene_run` (`--analysis`)
 VERDICT_ROLE = "key"  # the verdict's rules are for key corruption; other roles get attributions, no label
 KEPT = {"conv-window": ("conv_window.parquet", "conv_ablation.parquet", "interventions/conv_window.png"),
-        "state": ("state_curve.parquet", "interventions/state_curve.png")}  # an analysis' files, kept until recomputed
+        "state": ("state_curve.parquet", "interventions/state_curve.png"),
+        "two-token": (TWO_TOKEN,)}  # an analysis' files, kept until recomputed
 STATE_EXAMPLES = 512  # the state readout reads at most the first 512 examples (its cost is O(T · state) per example and point)
 NEEDS = {  # analysis -> (the part of the model it reads, found; the part named where the model lacks it)
     "conv-window": (short_convs, "short convolution (the analysis reads where one binds key and value)"),
     "state": (state_sites, "recurrent state (the analysis reads the answer each layer's state carries)"),
+    "two-token": (two_token_sites, "two-token term (Mamba-3's trapezoidal update: the analysis zeroes it per layer)"),
 }
 
 
@@ -430,6 +434,8 @@ def intervene_model(
         write_table(out_dir, "conv_ablation.parquet", conv_ablation(lm, outside))
         if not window.empty:
             conv_window_heatmap(window, out_dir / "interventions" / "conv_window.png", title=textwrap.fill(out_dir.name, 48))
+    if "two-token" in analyses and two_token_sites(lm):
+        write_table(out_dir, TWO_TOKEN, two_token_ablation(lm, outside))
     shown_subset = "outside" if masks["outside"].any() else "all"
     shown = df[df["subset"] == shown_subset]
     for (r, site), part in shown.groupby(["corrupt", "site"], sort=False):

@@ -21,6 +21,8 @@ from mecheval.models.lm import LM
 from mecheval.models.sites import attach
 from mecheval.tasks import Batch
 
+TWO_TOKEN = "two_token.parquet"  # a run's ablation table (`intervene_run`'s `two-token` analysis)
+
 
 def two_token_sites(lm: LM) -> dict[int, str]:
     """Layer index -> the name of its `two_token` site (layers of other mixers are absent)."""

@@ -66,6 +66,11 @@ AR_D64_LR = {"attention": 1e-3, "based": 1e-3, "mamba": 1e-2, "deltanet": 1e-3, 
 ATR_EASY_D64_LR = {"attention": AR_D64_LR["attention"], "mamba": 3e-3}
 
 
+# today's mixers (issue 57) -> the conv each is also run with: 4 where its paper has none (Mamba-3, GLA, RWKV-7,
+# whose token shift is its own two-token mixing), 0 where it has one of 4 (Mamba-2, Gated DeltaNet, DeltaProduct)
+MODERN_CONVS = {"mamba3": 4, "gated-deltanet": 0, "mamba2": 0, "gla": 4, "rwkv7": 4, "deltaproduct": 0}
+
+
 def _deep(preset: str, n_layers: int, lr: float | None = None) -> dict:
     """`preset` with `n_layers` blocks. Based and BaseConv keep their layer-0 short conv 3 and repeat their
     second layer's mixer (Based linear attention; BaseConv's long conv) above it; with one layer, that layer
@@ -338,6 +343,20 @@ STUDIES: dict[str, Study] = {
                    _arch("mamba", ATR_EASY_D64_LR["mamba"], d_conv=0)], steps=ATR_STEPS, min_effect=0.1,
             paper_length_groups=ATR_EASY_LENGTH_GROUPS, analyses=("conv-window", "state"),
             findings=("atr_mamba_vs_attention", "atr_mamba_noconv_induction"),
+        ),
+        Study(
+            name="modern",
+            cpu_measured="not timed yet",
+            description="Today's recurrent mixers on AR, each with and without a short convolution: induction or direct "
+                        "retrieval, where key and value meet, and whether Mamba-3's two-token update (it has no conv) "
+                        "plays the conv's role (its term zeroed per layer: the `two-token` analysis).",
+            cpu_drops="one width (64), learning rates {3e-3, 1e-2}, seeds 0, 1, 2, 3,000 steps of batch 128, AR with 4 "
+                      "pairs over 64+64 tokens",
+            task=AR_PAPER, cpu_task=AR_CPU,
+            archs=[variant for preset, other_conv in MODERN_CONVS.items()
+                   for variant in (_arch(preset), _arch(preset, d_conv=other_conv))],
+            cpu_lrs=[3e-3, 1e-2], cpu_seeds=(0, 1, 2), steps=AR_STEPS,
+            analyses=("conv-window", "state", "two-token"),
         ),
     ]
 }
