@@ -1,4 +1,4 @@
-"""Helpers several packages use: safe atomic file writes and checked reads, numbers in configs, dotted
+"""Helpers several packages use: safe atomic file writes and checked reads (JSON, YAML without aliases), numbers in configs, dotted
 config keys, errors as one line (nothing of mecheval imported at load)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 
@@ -135,6 +136,39 @@ def read_json_object(path: Path, fields: dict[str, type | tuple[type, ...]],
         if not ok:
             raise ConfigError(f"{path}: field {name!r} is {value!r}, expected {_names(kinds)}")
     return data
+
+
+class _NoAliases(yaml.SafeLoader):
+    """PyYAML's safe loader refusing aliases (`*name`): an alias bomb ("billion laughs") expands to more data
+    than memory holds, and no file mecheval writes or reads has one."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise ConfigError(f"line {mark.line + 1}: a YAML alias (*{self.peek_event().anchor}); aliases are refused, "
+                              "write the value out")
+        return super().compose_node(parent, index)
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data) -> bool:  # a value written twice is written out twice, as `load_yaml` reads it
+        return True
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """The data of YAML `text` (safe types only, no aliases: `_NoAliases`); ConfigError naming `source` (a file,
+    an override) otherwise. Every YAML mecheval reads goes through here."""
+    try:
+        return yaml.load(text, Loader=_NoAliases)  # noqa: S506 (a SafeLoader)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` as YAML `load_yaml` reads back (no aliases), keys in their order."""
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False)
 
 
 def _tuple(kinds) -> tuple:

@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from mecheval.common import Checked, ConfigError, flatten, format_validation_error, set_dotted
+from mecheval.common import Checked, ConfigError, dump_yaml, flatten, format_validation_error, load_yaml, set_dotted
 from mecheval.models.config import AnyModelConfig
 
 
@@ -213,22 +212,18 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r} is not of the form key=value")
-    try:
-        return key.strip(), yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {e}") from None
+    return key.strip(), load_yaml(raw, f"override {text!r}") if raw.strip() else None
 
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    data = load_yaml(text, str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -253,4 +248,4 @@ def load_config(path: str | Path | None, sets: list[str] = ()) -> TrainConfig:
 
 def dump_config(cfg: TrainConfig) -> str:
     """The full resolved config as YAML (reloads to an equal TrainConfig)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    return dump_yaml(cfg.model_dump(mode="json"))

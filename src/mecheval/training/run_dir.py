@@ -20,12 +20,11 @@ import json
 from pathlib import Path
 
 import torch
-import yaml
 
 from mecheval.common import atomic_write_bytes, atomic_write_text
 from mecheval.training.checkpoint import CheckpointError, load_weights, read_tensors
 from mecheval.plugins import is_import_path
-from mecheval.training.config import ConfigError, TrainConfig, read_yaml, validate_config
+from mecheval.training.config import ConfigError, TrainConfig, dump_config, read_yaml, validate_config
 
 CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
     "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
@@ -83,7 +82,7 @@ class RunDir:
         return validate_config(data, source=str(self.path / CONFIG)).model_dump(mode="json")
 
     def write_config(self, cfg: TrainConfig) -> None:
-        atomic_write_text(self.path / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), self.path)
+        atomic_write_text(self.path / CONFIG, dump_config(cfg), self.path)
 
     def read_summary(self) -> dict:
         path = self.path / SUMMARY

@@ -1,0 +1,65 @@
+"""Bad input refused before it costs anything (issue 56): a YAML alias bomb, sizes no machine holds, a weights
+file larger than its model. Each is one line naming the file or field, and comes at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mecheval.cli import app
+from mecheval.common import ConfigError
+from mecheval.training.config import read_yaml
+
+# "billion laughs": nine references per level, nine levels: 9**9 strings once expanded
+BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+
+
+def cli(*args) -> "CliRunner.Result":
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def in_a_process(*args, timeout_s: float = 30) -> subprocess.CompletedProcess:
+    """`mecheval ARGS` in its own process (one that hangs is killed: the test fails, the suite goes on)."""
+    return subprocess.run([sys.executable, "-m", "mecheval.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def test_a_yaml_alias_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BOMB)
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=rf"^{path}: line 2: a YAML alias \(\*a\); aliases are refused"):
+        read_yaml(path)
+    assert time.perf_counter() - start < 1
+
+
+def test_a_value_written_twice_is_dumped_without_an_alias():
+    from mecheval.common import dump_yaml
+
+    shared = [1, 2]
+    assert "&" not in dump_yaml({"a": shared, "b": shared})
+
+
+def test_an_alias_in_an_override_is_refused(tiny_run, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_run))
+    result = cli("train", config, "--set", "eval.splits=[&x test, *x]", "--out", tmp_path / "run", "--quiet")
+    assert result.exit_code == 2, result.output
+    assert "override 'eval.splits=[&x test, *x]': line 1: a YAML alias (*x)" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_alias_bomb_in_a_config_fails_train_at_once(tiny_run, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_run) + BOMB)
+    result = in_a_process("train", config, "--out", tmp_path / "run", "--quiet")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {config}: line ") and "aliases are refused" in result.stderr
+    assert not (tmp_path / "run").exists()
