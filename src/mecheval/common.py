@@ -8,7 +8,7 @@ import json
 import os
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ class ConfigError(ValueError):
     """A config that cannot be read or validated; the message names the field(s) at fault."""
 
 
+NUMBER = (int, float)  # a JSON number (a bool is none: `read_json_object`)
 MAX_INT = 2**53  # no integer of a config is larger: beyond it a float is no exact integer (`steps: 1e20` is refused, not run)
 
 
@@ -169,6 +170,24 @@ def load_yaml(text: str, source: str) -> Any:
 def dump_yaml(data: Any) -> str:
     """`data` as YAML `load_yaml` reads back (no aliases), keys in their order."""
     return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False)
+
+
+def read_table(path: Path, columns: Sequence[str]):
+    """The parquet table at `path` (a pandas DataFrame) holding `columns`; ConfigError naming the file where it
+    is no parquet table or lacks one of them (a file of another version, or planted)."""
+    import pandas as pd
+
+    try:
+        table = pd.read_parquet(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{path}: not a readable parquet table ({e})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ConfigError(f"{path}: lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+                          "write it again (`mecheval intervene`)")
+    return table
 
 
 def _tuple(kinds) -> tuple:

@@ -61,6 +61,9 @@ def conv_window(
     return out
 
 
+CELL_COLUMNS = ("layer", "site", "offset", "direction", "joint", "attrib", "attrib_lo", "attrib_hi")  # what `best_cell` reads
+
+
 def best_cell(window: pd.DataFrame, layer: int | None = None) -> pd.Series | None:
     """The single-offset `conv_out` cell (sufficiency) restoring most, in `layer` or in any; None if none has
     an attribution (a model with no effect to attribute has NaN in every cell)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
+from mecheval.common import NUMBER, ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
 
 from mecheval.interventions.accuracy import (EXAMPLES, accuracy_fields, accuracy_table, correct_answers, example_ids,
                                              example_table)
@@ -99,11 +99,11 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
 VERDICT_RULES = 4
 VERDICT = "verdict.json"
 SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
-NUMBER = (int, float)
 PROMPT_FIELDS = ("prompts", "seen_share", "n_drawn", "acc_all_prompts", "acc_all_prompts_lo", "acc_all_prompts_hi",
                  "n_all_prompts")  # verdict.json: which prompts were read (`prompts_read`)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
                   "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on
+NUMERIC_FIELDS = ("effect", "attrib@", "window@", "acc_", "n_", "seen_share")  # verdict.json fields read as numbers
 
 
 def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> None:
@@ -118,6 +118,9 @@ def read_verdict_file(run_dir: Path) -> dict:
     row = read_json_object(path, VERDICT_FIELDS)
     if row["verdict"] not in LABELS:
         raise ConfigError(f"{path}: verdict {row['verdict']!r} is not one of {list(LABELS)}")
+    for key, value in row.items():  # the intervals, accuracies and counts beside them: numbers or null
+        if key.startswith(NUMERIC_FIELDS) and value is not None and (not isinstance(value, NUMBER) or isinstance(value, bool)):
+            raise ConfigError(f"{path}: field {key!r} is {value!r}, expected int or float")
     return row
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.interventions.conv_window import best_cell
+from mecheval.common import read_table
+from mecheval.interventions.conv_window import CELL_COLUMNS, best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.models.presets import arch_label
 from mecheval.report.compare import published_accuracy
@@ -330,10 +331,10 @@ def conv_evidence(run_dir: str) -> dict | None:
     window, ablation = Path(run_dir) / "conv_window.parquet", Path(run_dir) / "conv_ablation.parquet"
     if not window.exists() or not ablation.exists():
         return None
-    best = best_cell(pd.read_parquet(window))
+    best = best_cell(read_table(window, CELL_COLUMNS))
     if best is None:
         return None
-    ab = pd.read_parquet(ablation).set_index(["layers", "lags"])
+    ab = read_table(ablation, ("layers", "lags", "acc", "n")).set_index(["layers", "lags"])
     layer = int(best["layer"])
     cut, base = ab.loc[(str(layer), ">=1")], ab.loc[("none", "none")]
     return {"layer": layer, "offset": int(best["offset"]), "attrib": float(best["attrib"]),

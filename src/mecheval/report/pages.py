@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import json
 import os
 import re
 from collections.abc import Callable
@@ -52,7 +51,7 @@ import pandas as pd
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_run, formation_table, state_table,
-                                   study_findings, summarise)
+                                   study_findings, study_meta, summarise)
 from mecheval.report.compare import heldout_cells, published_accuracy, published_heldout, published_verdict
 from mecheval.report.decide import NOT_RUN, RULE, compare_accuracy
 from mecheval.report.findings import FINDINGS, Outcome, checked, conv_evidence, finding_row
@@ -102,11 +101,6 @@ def studies(root: Path) -> list[Path]:
 def _table(path: str) -> pd.DataFrame:
     """The study's `study_table` of every run under its runs/, whether its latest sweep.yaml names it or not."""
     return study_table(path, every_run=True)
-
-
-def _meta(study: Path) -> dict:
-    path = study / "study.json"
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _task(study: Path) -> str:
@@ -183,7 +177,7 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path]) -> list[dict]
                                                      "scale": scale, "study": link})
 
     for study in studies(root):
-        meta = _meta(root / study)
+        meta = study_meta(root / study)
         if meta.get("findings"):
             df = _table(str(root / study))
             check(meta["findings"], best_runs(df), study.parent.name, _link(root, page, study, index))
@@ -368,7 +362,7 @@ def _pooled(root: Path, args: dict[str, str], page: Path) -> tuple[list[Path], p
 
 def _pool_findings(root: Path, chosen: list[Path]) -> list[str]:
     """The findings the pooled studies check, each once, in the studies' order."""
-    return list(dict.fromkeys(f for s in chosen for f in _meta(root / s).get("findings", [])))
+    return list(dict.fromkeys(f for s in chosen for f in study_meta(root / s).get("findings", [])))
 
 
 def pool_files(name: str, figure: str) -> tuple[Path, Path]:
@@ -464,7 +458,7 @@ def study_section(root: Path, study: Path, page: Path) -> str:
     """A study's heading, what it ran, its findings, its runs and, where computed, the readouts beyond
     the verdict."""
     path = root / study
-    meta = _meta(path)
+    meta = study_meta(path)
     preset = f" Preset `{meta['preset']}`, {meta.get('scale', study.parent.name)} scale." if "preset" in meta else ""
     out = [f'<a id="{anchor(study)}"></a>', "", f"### {study.name} ({study.parent.name})", "",
            f"`{study}`.{preset} " + _task_line(path)
@@ -522,7 +516,7 @@ def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
         return study == Path(args["study"])
     return (fnmatch.fnmatchcase(study.parent.name, args.get("scale", "*"))
             and args.get("task", _task(root / study)) == _task(root / study)
-            and ("preset" not in args or _meta(root / study).get("preset") in args["preset"].split(",")))
+            and ("preset" not in args or study_meta(root / study).get("preset") in args["preset"].split(",")))
 
 
 def _args(args: dict[str, str]) -> str:

@@ -36,11 +36,12 @@ def figure_data(root: Path) -> pd.DataFrame:
     architectures the study compares, with their default conv or none; `arch` names the width where the
     study's runs span several, an ATR grammar other than easy (`based · large_vocab`) and a held-out share of
     ATR's pairs (`based · 20% held out`)."""
-    from mecheval.report.pages import _meta, _table, studies
+    from mecheval.report.build import study_meta
+    from mecheval.report.pages import _table, studies
 
     rows = []
     for study in studies(root):
-        if not _meta(root / study):
+        if not study_meta(root / study):
             continue
         df = _table(str(root / study))
         best = df[df["best_lr"] & df["arch_name"].isin(COMPARED)]

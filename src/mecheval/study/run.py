@@ -135,7 +135,7 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False)
     no verdict reads, kept: RECHECK_KEEPS). Runs intervened before
     per-example tables existed get their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
-    meta = json.loads((out / STUDY_JSON).read_text())
+    meta = read_json_object(out / STUDY_JSON, {"preset": str, "n_examples": int})
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         for split in ("test", *study.splits):

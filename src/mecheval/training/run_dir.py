@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from mecheval.common import atomic_write_bytes, atomic_write_text
+from mecheval.common import NUMBER, atomic_write_bytes, atomic_write_text, read_json_object
 from mecheval.training.checkpoint import CheckpointError, load_weights, read_tensors
 from mecheval.plugins import is_import_path
 from mecheval.training.config import ConfigError, TrainConfig, dump_config, read_yaml, validate_config
@@ -85,13 +85,14 @@ class RunDir:
         atomic_write_text(self.path / CONFIG, dump_config(cfg), self.path)
 
     def read_summary(self) -> dict:
+        """summary.json, checked (`final`: per split, its numbers); ConfigError naming the file otherwise."""
         path = self.path / SUMMARY
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(summary, dict):
-            raise ConfigError(f"{path}: expected a JSON object, got {type(summary).__name__}")
+        summary = read_json_object(path, {}, optional={"final": dict, "steps": int, "fingerprint": str})
+        for split, scores in summary.get("final", {}).items():
+            bad = [k for k, v in scores.items() if not isinstance(v, NUMBER) or isinstance(v, bool)] \
+                if isinstance(scores, dict) else [split]
+            if bad:
+                raise ConfigError(f"{path}: field 'final.{split}' holds {scores!r}, expected numbers (acc, loss)")
         return summary
 
     def write_summary(self, summary: dict) -> None:
