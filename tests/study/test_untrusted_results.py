@@ -66,3 +66,30 @@ def test_a_malformed_summary_is_named_by_runs(study):
     _json(run / "summary.json", final=5)
     line = one_error_line(cli("runs", study), code=2)
     assert f"{run / 'summary.json'}: field 'final' is 5" in line
+
+
+def _read_on_fewer_examples(run: Path, n: int) -> None:
+    """`run`'s readouts as a study call with `--n n` leaves them (one killed, then run again with another --n)."""
+    examples = pd.read_parquet(run / "examples.parquet")
+    examples.iloc[:n].to_parquet(run / "examples.parquet")
+    _json(run / "verdict.json", n_all=n)
+
+
+def test_runs_read_with_another_n_are_named_with_the_fix(study):
+    runs = sorted((study / "runs").iterdir())
+    attention = next(r for r in runs if "attention" in r.name and r.name.endswith("0.003"))
+    _read_on_fewer_examples(attention, 32)
+    line = one_error_line(cli("report", study), code=2)
+    assert str(attention) in line and "(32 examples)" in line and "(64 examples)" in line
+    assert "--n N" in line
+
+
+def test_a_study_rereads_the_runs_an_earlier_call_read_with_another_n(study):
+    from mecheval.study import run_study
+    from tests.study.conftest import TINY
+
+    attention = next(r for r in sorted((study / "runs").iterdir()) if "attention" in r.name)
+    _read_on_fewer_examples(attention, 32)
+    run_study(TINY, study, workers=1, n_examples=64, quiet=True)
+    assert json.loads((attention / "verdict.json").read_text())["n_all"] == 64
+    assert len(pd.read_parquet(attention / "examples.parquet")) == 64

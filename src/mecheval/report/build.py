@@ -30,7 +30,7 @@ from mecheval.report.html import render_html
 from mecheval.report.fit import FIT_NOTE, fit_table
 from mecheval.report.findings import FINDINGS, Outcome, checked, conv_evidence, finding_row, seed_pairs
 from mecheval.report.overview import GRAMMAR, by_grammar, overview_table, overview_text, with_interval
-from mecheval.report.paired import paired_accuracy, read_examples
+from mecheval.report.paired import paired_runs
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
@@ -310,10 +310,10 @@ def like_for_like_table(best: pd.DataFrame, reference: str = "attention") -> pd.
     rows = []
     for arch, part in best[best["arch"] != reference].groupby("arch", sort=False):
         for a, b in seed_pairs(part, ref):
-            tables = read_examples(a["run_dir"]), read_examples(b["run_dir"])
-            if any(t is None for t in tables):
+            table = paired_runs(a["run_dir"], b["run_dir"])
+            if table is None:
                 continue
-            for _, r in paired_accuracy(*tables).iterrows():
+            for _, r in table.iterrows():
                 rows.append({"arch": arch, "vs": reference, "seeds": f"{a.get('seed', 0)} / {b.get('seed', 0)}",
                              "examples": r["subset"], "n": r["n"], "acc": r["acc_a"], f"acc {reference}": r["acc_b"],
                              "difference [95% CI]": f"{r['diff']:+.2f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]"})

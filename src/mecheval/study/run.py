@@ -22,8 +22,8 @@ from tqdm import tqdm
 from mecheval.common import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
-from mecheval.interventions.runs import (has_valid_verdict, intervene_run, recheck_run, relabel_run, split_dir,
-                                         verdict_is_current, write_examples)
+from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_verdict_file, recheck_run, relabel_run,
+                                         split_dir, verdict_is_current, write_examples)
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
@@ -82,6 +82,10 @@ def run_study(
             for run_dir in runs:
                 out_dir = _readout_dir(run_dir, split)
                 if not has_valid_verdict(out_dir):  # missing, or left empty or invalid: recomputed
+                    todo.append((run_dir, split))
+                elif (n := read_verdict_file(out_dir).get("n_all", n_examples)) != n_examples:  # an earlier call's --n
+                    tqdm.write(f"reading {out_dir} again: read on {n} examples, this call's --n is {n_examples}",
+                               file=sys.stderr)
                     todo.append((run_dir, split))
                 elif not verdict_is_current(out_dir):  # decided by earlier rules: decided anew, patched again where needed
                     if not recheck_run(out_dir, run_dir, n_examples, study.min_effect, split=split):
