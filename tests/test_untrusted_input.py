@@ -3,6 +3,9 @@ file larger than its model. Each is one line naming the file or field, and comes
 
 from __future__ import annotations
 
+import json
+import math
+import struct
 import subprocess
 import sys
 import time
@@ -63,3 +66,37 @@ def test_an_alias_bomb_in_a_config_fails_train_at_once(tiny_run, tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"error: {config}: line ") and "aliases are refused" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def _add_tensor_header(path: Path, name: str, shape: tuple[int, ...]) -> None:
+    """Rewrites the safetensors file `path` with a further F32 tensor `name` of `shape` whose data is a hole
+    (a sparse file: its size on disk stays small, reading it would allocate it all)."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    size = 4 * math.prod(shape)
+    header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(data), len(data) + size]}
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)) + encoded + data)
+        f.truncate(8 + len(encoded) + len(data) + size)
+
+
+@pytest.fixture
+def finished(tmp_path, tiny_run) -> Path:
+    from mecheval.training import train, validate_config
+
+    train(validate_config(tiny_run), tmp_path / "run", quiet=True)
+    return tmp_path / "run"
+
+
+def test_a_huge_tensor_planted_in_the_weights_is_refused_unread(finished):
+    from mecheval.training import load_run
+    from mecheval.training.checkpoint import CheckpointError
+
+    _add_tensor_header(finished / "model.safetensors", "planted", (4, 2**30))  # 16 GiB
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match=r"unexpected: \['planted'\] \(17,179,869,184 bytes"):
+        load_run(finished)
+    assert time.perf_counter() - start < 2
