@@ -100,3 +100,30 @@ def test_a_huge_tensor_planted_in_the_weights_is_refused_unread(finished):
     with pytest.raises(CheckpointError, match=r"unexpected: \['planted'\] \(17,179,869,184 bytes"):
         load_run(finished)
     assert time.perf_counter() - start < 2
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["model.vocab_size=2000000000"], "model.vocab_size: Input should be less than or equal to 1048576"),
+    (["task.params.n_keys=1000000000"], "model.vocab_size: Input should be less than or equal to 1048576"),
+    (["model.max_len=2000000000"], "model.max_len: Input should be less than or equal to 131072"),
+    (["model.d_model=1000000"], "model.d_model: Input should be less than or equal to 16384"),
+    (["model.vocab_size=1000000", "model.d_model=16000"],
+     "vocab_size × d_model = 16,000,000,000 embedding values, at most 1,073,741,824"),
+    (["batch_size=1000000000"], "batch_size: Input should be less than or equal to 65536"),
+    (["eval.size=1000000000"], "eval.size: Input should be less than or equal to 4194304"),
+])
+def test_sizes_no_machine_holds_are_refused_before_allocating(tiny_run, tmp_path, overrides, says):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_run))
+    start = time.perf_counter()
+    result = cli("train", config, *(a for o in overrides for a in ("--set", o)), "--out", tmp_path / "run", "--quiet")
+    assert time.perf_counter() - start < 2
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["intervene", "study"])
+def test_a_huge_n_is_refused_before_reading(tmp_path, command):
+    target = ["quick", "--out", tmp_path / "s"] if command == "study" else [tmp_path]
+    result = cli(command, *target, "--n", "1000000000")
+    assert result.exit_code == 2 and "less than or equal to 65536" in result.output, result.output

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 
 
 N_EXAMPLES = 512  # examples per intervention readout: the API's (`interventions.N_EXAMPLES`), `intervene`'s and `study`'s
+MAX_N_EXAMPLES = 2**16  # the most `--n` takes: every readout holds n examples (and their activations) at once
 
 
 class ConfigError(ValueError):

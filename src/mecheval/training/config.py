@@ -18,6 +18,9 @@ from mecheval.common import Checked, ConfigError, dump_yaml, flatten, format_val
 from mecheval.models.config import AnyModelConfig
 
 
+MAX_BATCH, MAX_EXAMPLES = 2**16, 2**22  # a batch, and a set of examples (eval, a training pool), at most
+
+
 class _Strict(Checked):
     model_config = ConfigDict(extra="forbid")
 
@@ -48,10 +51,10 @@ class EvalConfig(_Strict):
     """
 
     every: int = Field(100, gt=0)
-    size: int = Field(320, gt=0)
+    size: int = Field(320, gt=0, le=MAX_EXAMPLES)
     splits: list[str] = Field(default_factory=lambda: ["train", "test"], min_length=1)
     seed: int = Field(1234, ge=0)
-    batch_size: int = Field(512, gt=0)
+    batch_size: int = Field(512, gt=0, le=MAX_BATCH)
 
 
 class EarlyStop(_Strict):
@@ -114,8 +117,8 @@ class TrainConfig(_Strict):
     model: AnyModelConfig  # a zoo LM, or a transformers model (`hf`)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     steps: int = Field(gt=0)
-    batch_size: int = Field(32, gt=0)
-    train_size: int | None = Field(None, gt=0, description="a fixed pool of training examples; None: fresh each step")
+    batch_size: int = Field(32, gt=0, le=MAX_BATCH)
+    train_size: int | None = Field(None, gt=0, le=MAX_EXAMPLES, description="a fixed pool of training examples; None: fresh each step")
     train_order: Literal["shuffle", "replay"] = Field(
         "shuffle", description="the pool's order per epoch: a new permutation, or the same order every epoch (the study's)"
     )
