@@ -106,6 +106,8 @@ def test_a_huge_tensor_planted_in_the_weights_is_refused_unread(finished):
     (["model.vocab_size=2000000000"], "model.vocab_size: Input should be less than or equal to 1048576"),
     (["task.params.n_keys=1000000000"], "model.vocab_size: Input should be less than or equal to 1048576"),
     (["model.max_len=2000000000"], "model.max_len: Input should be less than or equal to 131072"),
+    (["task.params.n_pairs=300000", "task.params.n_keys=300000", "task.params.n_values=300000"],
+     "n_pairs\n  Input should be less than or equal to 8189"),
     (["model.d_model=1000000"], "model.d_model: Input should be less than or equal to 16384"),
     (["model.vocab_size=1000000", "model.d_model=16000"],
      "vocab_size × d_model = 16,000,000,000 embedding values, at most 1,073,741,824"),
