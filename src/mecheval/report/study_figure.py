@@ -7,6 +7,7 @@ attributions only for runs that learned the task), the published value as a blac
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -17,7 +18,8 @@ import pandas as pd  # noqa: E402
 
 from mecheval.report import published  # noqa: E402
 from mecheval.report.compare import published_accuracy, published_attribution  # noqa: E402
-from mecheval.report.figures import OKABE_ITO, optimise_png_file  # noqa: E402
+from mecheval.common import atomic_write_bytes  # noqa: E402
+from mecheval.report.figures import OKABE_ITO, optimise_png  # noqa: E402
 
 QUANTITIES = ("accuracy", "@key", "@value", "@query")
 COMPARED = set(published.AR_ACCURACY) | {"deltanet"}  # the study's architectures (plug-ins are not compared)
@@ -107,9 +109,10 @@ def draw(data: pd.DataFrame, path: Path) -> None:
 
 
 def save_figure(fig, path: Path) -> None:
-    """`fig` as a PNG at `path` (folders made; no software stamp, so a redraw of the same data is the same
-    file), optimised (`figures.optimise_png_file`); the figure is closed."""
+    """`fig` as a PNG at `path` (folders made; no software stamp, so a redraw of the same data is the same file), optimised
+    (`figures.optimise_png`), written whole and not through a link (`common.atomic_write_bytes`); the figure is closed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=96, metadata={"Software": None}, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
-    optimise_png_file(path)
+    atomic_write_bytes(path, optimise_png(buf.getvalue()))

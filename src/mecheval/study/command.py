@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mecheval.plugins import is_import_path
 from mecheval.report.build import STUDY_JSON, study_meta
-from mecheval.study.presets import PAPER_TRAIN_ORDER, STUDIES, point_label
+from mecheval.study.presets import PAPER_TRAIN_ORDER, SCALES, STUDIES, point_label
 from mecheval.sweeps.runner import SPEC
 from mecheval.sweeps.spec import load_sweep
 from mecheval.training.config import ADDED_LATER
@@ -29,7 +29,7 @@ def study_command(study_dir: Path, out: str | None = None) -> str | None:
     if not spec_path.exists() or not meta_path.exists():
         return None
     spec, meta = load_sweep(spec_path), study_meta(study_dir)
-    if meta.get("preset") not in STUDIES or "scale" not in meta:  # not made by `mecheval study`
+    if meta.get("preset") not in STUDIES or meta.get("scale") not in SCALES:  # not made by `mecheval study`
         return None
     words = ["mecheval", "study", meta["preset"], "--scale", meta["scale"]]
     for key, flag in GRID_FLAGS.items():
