@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import atomic_write_text, check_inside, safe_mkdir
+from mecheval.common import atomic_write_text, check_inside, read_table, safe_mkdir
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_run, formation_table, state_table,
@@ -622,7 +622,7 @@ def pointer_rows(root: Path) -> list[dict]:
     """Every committed learned run whose query side carries part of the effect (@query's interval above LOW) and
     that has a pointer control (`interventions.pointer`): its verdict, @query, and the shares of patched outputs
     that follow the answer and the value's old position, with their intervals."""
-    from mecheval.interventions.pointer import POINTER
+    from mecheval.interventions.pointer import POINTER, POINTER_COLUMNS
     from mecheval.interventions.verdict import LOW
 
     rows = []
@@ -634,7 +634,7 @@ def pointer_rows(root: Path) -> list[dict]:
             path = Path(r["run_dir"]) / POINTER
             if r["verdict"] == "not learned" or not path.exists():
                 continue
-            p = pd.read_parquet(path).iloc[0]
+            p = read_table(path, POINTER_COLUMNS).iloc[0]
             rows.append({"study": md_text(f"{study.parent.name}/{study.name}"), "architecture": md_text(r["arch"]),
                          "seed": _num(r.get("seed"), 0), "verdict": r["verdict"], "@query": _interval(r, "attrib@query"),
                          "follows the answer": _interval(p, "answer"), "follows the old position": _interval(p, "position"),
