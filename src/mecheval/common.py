@@ -1,5 +1,5 @@
-"""Helpers several packages use: safe atomic file writes and checked reads (JSON, YAML without aliases), numbers in configs, dotted
-config keys, errors as one line (nothing of mecheval imported at load)."""
+"""Helpers several packages use: safe atomic file writes and checked reads (JSON, YAML without aliases, Parquet),
+numbers in configs, dotted config keys, errors as one line (nothing of mecheval imported at load)."""
 
 from __future__ import annotations
 

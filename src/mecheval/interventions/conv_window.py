@@ -61,7 +61,8 @@ def conv_window(
     return out
 
 
-CELL_COLUMNS = ("layer", "site", "offset", "direction", "joint", "attrib", "attrib_lo", "attrib_hi")  # what `best_cell` reads
+# the columns of conv_window.parquet `best_cell` reads
+CELL_COLUMNS = ("layer", "site", "offset", "direction", "joint", "attrib", "attrib_lo", "attrib_hi")
 
 
 def best_cell(window: pd.DataFrame, layer: int | None = None) -> pd.Series | None:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import NUMBER, ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
+from mecheval.common import (NUMBER, ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir,
+                             safe_unlink)
 
 from mecheval.interventions.accuracy import (EXAMPLES, accuracy_fields, accuracy_table, correct_answers, example_ids,
                                              example_table)
@@ -119,7 +120,8 @@ def read_verdict_file(run_dir: Path) -> dict:
     if row["verdict"] not in LABELS:
         raise ConfigError(f"{path}: verdict {row['verdict']!r} is not one of {list(LABELS)}")
     for key, value in row.items():  # the intervals, accuracies and counts beside them: numbers or null
-        if key.startswith(NUMERIC_FIELDS) and value is not None and (not isinstance(value, NUMBER) or isinstance(value, bool)):
+        number = isinstance(value, NUMBER) and not isinstance(value, bool)
+        if key.startswith(NUMERIC_FIELDS) and value is not None and not number:
             raise ConfigError(f"{path}: field {key!r} is {value!r}, expected int or float")
     return row
 

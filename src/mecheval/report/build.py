@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, read_table, safe_mkdir, safe_unlink
+from mecheval.common import (ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, read_table, safe_mkdir,
+                             safe_unlink)
 from mecheval.interventions.accuracy import ACCURACY_COLUMNS
 from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
