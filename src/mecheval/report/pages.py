@@ -266,7 +266,7 @@ def run_rows(study: Path) -> list[dict]:
         row = {"run": md_text(r["name"])} if named else {}  # hand-made runs: the name says what differs
         row |= {"architecture": md_text(r["arch"]), **({"d": int(r["model.d_model"])} if widths > 1 else {}),
                 "lr": f"{r['optim.lr']:g}",
-               "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
+                "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
         if heldout:  # the generalisation split: accuracy and @value on the held-out pairs, the study's beside
             pub_acc_heldout, pub_value = published_heldout(r["arch"], int(r["model.d_model"]))
             acc, lo, compared = _num(r.get("acc_heldout"), 3), r.get(f"{HELDOUT_READ_ACC}_lo"), ""
