@@ -126,6 +126,6 @@ def test_sizes_no_machine_holds_are_refused_before_allocating(tiny_run, tmp_path
 
 @pytest.mark.parametrize("command", ["intervene", "study"])
 def test_a_huge_n_is_refused_before_reading(tmp_path, command):
-    target = ["quick", "--out", tmp_path / "s"] if command == "study" else [tmp_path]
+    target = ["nonesuch", "--out", tmp_path / "s"] if command == "study" else [tmp_path]  # refused before either is read
     result = cli(command, *target, "--n", "1000000000")
     assert result.exit_code == 2 and "less than or equal to 65536" in result.output, result.output
