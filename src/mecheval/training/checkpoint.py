@@ -41,10 +41,18 @@ def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, metadata) of a safetensors file; CheckpointError if missing or corrupt."""
+    metadata = read_metadata(path)
+    try:
+        return load_file(str(path)), metadata
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The metadata of a safetensors file, from its header alone; CheckpointError if missing or corrupt."""
     try:
         with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-        return load_file(str(path)), metadata
+            return f.metadata() or {}
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
     except (SafetensorError, OSError, ValueError) as e:
@@ -115,9 +123,7 @@ def load_checkpoint(
     path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, fingerprint: str
 ) -> tuple[dict[str, torch.Tensor], dict]:
     """Restores model, optimizer and RNG in place; returns (accum, state). Checks the config fingerprint."""
-    params = sum(p.numel() * p.element_size() for p in model.state_dict().values())
-    check_header(path, model, "model.", others_bytes=2 * params + CHECKPOINT_EXTRA_BYTES)
-    tensors, metadata = read_tensors(path)
+    metadata = read_metadata(path)
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a mecheval checkpoint (format {metadata.get('format')!r})")
     state = json.loads(metadata["state"])
@@ -126,6 +132,9 @@ def load_checkpoint(
             f"{path}: checkpoint was written for a different config "
             f"(fingerprint {state.get('fingerprint')} != {fingerprint})"
         )
+    params = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    check_header(path, model, "model.", others_bytes=2 * params + CHECKPOINT_EXTRA_BYTES)
+    tensors, _ = read_tensors(path)
     groups = _by_prefix(tensors)
     load_weights(model, groups.get("model", {}), path)
     optim_state: dict[int, dict[str, torch.Tensor]] = {}

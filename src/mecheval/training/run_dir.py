@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from mecheval.common import NUMBER, atomic_write_bytes, atomic_write_text, read_json_object
-from mecheval.training.checkpoint import CheckpointError, check_header, load_weights, read_tensors
+from mecheval.training.checkpoint import CheckpointError, check_header, load_weights, read_metadata, read_tensors
 from mecheval.plugins import is_import_path
 from mecheval.training.config import ConfigError, TrainConfig, dump_config, read_yaml, validate_config
 
@@ -150,11 +150,10 @@ class RunDir:
 def _load_checked(lm, path: Path, fingerprint: str, config: Path) -> None:
     """Loads weights into `lm` if the file was written by the run of `fingerprint` and holds `lm`'s tensors
     (`check_header`, before any is read), else CheckpointError."""
-    check_header(path, lm)
-    tensors, metadata = read_tensors(path)
-    if metadata.get("fingerprint") != fingerprint:
+    if read_metadata(path).get("fingerprint") != fingerprint:
         raise CheckpointError(f"{path}: written by a run with a different config than {config}")
-    load_weights(lm, tensors, path)
+    check_header(path, lm)
+    load_weights(lm, read_tensors(path)[0], path)
 
 
 def load_snapshot(lm, run_dir: str | Path, step: int) -> None:
