@@ -9,7 +9,6 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from mecheval.cli import app
