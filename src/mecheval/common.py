@@ -1,5 +1,5 @@
-"""Helpers several packages use: safe atomic file writes and checked reads, numbers in configs, dotted
-config keys, errors as one line (nothing of mecheval imported at load)."""
+"""Helpers several packages use: safe atomic file writes and checked reads (JSON, YAML without aliases, Parquet),
+numbers in configs, dotted config keys, errors as one line (nothing of mecheval imported at load)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,23 @@ import json
 import os
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 
 N_EXAMPLES = 512  # examples per intervention readout: the API's (`interventions.N_EXAMPLES`), `intervene`'s and `study`'s
+MAX_N_EXAMPLES = 2**16  # the most `--n` takes: every readout holds n examples (and their activations) at once
 
 
 class ConfigError(ValueError):
     """A config that cannot be read or validated; the message names the field(s) at fault."""
 
 
+NUMBER = (int, float)  # a JSON number (a bool is none: `read_json_object`)
 MAX_INT = 2**53  # no integer of a config is larger: beyond it a float is no exact integer (`steps: 1e20` is refused, not run)
 
 
@@ -135,6 +138,57 @@ def read_json_object(path: Path, fields: dict[str, type | tuple[type, ...]],
         if not ok:
             raise ConfigError(f"{path}: field {name!r} is {value!r}, expected {_names(kinds)}")
     return data
+
+
+class _NoAliases(yaml.SafeLoader):
+    """PyYAML's safe loader refusing aliases (`*name`): an alias bomb ("billion laughs") expands to more data
+    than memory holds, and no file mecheval writes or reads has one."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise ConfigError(f"line {mark.line + 1}: a YAML alias (*{self.peek_event().anchor}); aliases are refused, "
+                              "write the value out")
+        return super().compose_node(parent, index)
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data) -> bool:  # a value written twice is written out twice, as `load_yaml` reads it
+        return True
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """The data of YAML `text` (safe types only, no aliases: `_NoAliases`); ConfigError naming `source` (a file,
+    an override) otherwise. Every YAML mecheval reads goes through here."""
+    try:
+        return yaml.load(text, Loader=_NoAliases)  # noqa: S506 (a SafeLoader)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` as YAML `load_yaml` reads back (no aliases), keys in their order."""
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False)
+
+
+def read_table(path: Path, columns: Sequence[str]):
+    """The parquet table at `path` (a pandas DataFrame) holding `columns`; ConfigError naming the file where it
+    is no parquet table or lacks one of them (a file of another version, or planted)."""
+    import pandas as pd
+
+    try:
+        table = pd.read_parquet(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{path}: not a readable parquet table ({e})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ConfigError(f"{path}: lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+                          "write it again (`mecheval intervene`)")
+    return table
 
 
 def _tuple(kinds) -> tuple:

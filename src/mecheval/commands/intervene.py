@@ -19,7 +19,7 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from mecheval.commands.options import example, split_list
-from mecheval.common import describe
+from mecheval.common import MAX_N_EXAMPLES, describe
 from mecheval.training.lock import DirLock
 
 
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         path: Annotated[Optional[Path], typer.Argument(help="A run directory, or a sweep directory holding runs (not with --hf).", exists=True)] = None,
         corrupt: Annotated[list[str], typer.Option(help="Role(s) to corrupt, e.g. key,value. The verdict is read under key corruption only; other roles get attributions, no label.")] = ["key"],
-        n: Annotated[int, typer.Option(min=1, help="Examples per run (the API's N_EXAMPLES; `mecheval study` uses the same).")] = N_EXAMPLES,
+        n: Annotated[int, typer.Option(min=1, max=MAX_N_EXAMPLES, help="Examples per run (the API's N_EXAMPLES; `mecheval study` uses the same).")] = N_EXAMPLES,
         sites: Annotated[list[str], typer.Option(help="Site names or globs, e.g. 'layers.*.resid_pre',conv_out.")] = ["*"],
         positions: Annotated[Optional[list[str]], typer.Option(help="Positions to patch: roles (query), role offsets (key+3, value-1), integers, joined with & to patch together (key&query). Default: every role and key&query.")] = None,
         seed: Annotated[int, typer.Option(help="Seed of the examples and corruptions.")] = 0,

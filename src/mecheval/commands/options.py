@@ -8,7 +8,8 @@ List options take values comma-separated, repeated, or both: `--sites resid_pre,
 from __future__ import annotations
 
 import typer
-import yaml
+
+from mecheval.common import ConfigError, load_yaml
 
 
 def split_list(values: list[str] | None) -> list[str] | None:
@@ -26,9 +27,9 @@ def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict:
         if not sep or not key.strip():
             raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint=flag)
         try:
-            out[key.strip()] = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            raise typer.BadParameter(f"{item!r}: the value is not YAML", param_hint=flag) from None
+            out[key.strip()] = load_yaml(text, repr(item)) if text.strip() else ""
+        except ConfigError as e:
+            raise typer.BadParameter(str(e), param_hint=flag) from None
     return out
 
 

@@ -19,11 +19,13 @@ def register(app: typer.Typer) -> None:
                                             "differ from what results/ gives now.")] = False,
     ) -> None:
         """Fill every generated block of README.md and docs/*.md from results/ and draw the study figure."""
+        from mecheval.common import ConfigError, UnsafePathError
         from mecheval.report.pages import PageError, stale_pages, write_pages
+        from mecheval.training.lock import LockedError
 
         try:
             changed = stale_pages(root) if check else write_pages(root)
-        except PageError as e:
+        except (PageError, ConfigError, UnsafePathError, LockedError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
         verb = "stale" if check else "written"

@@ -8,6 +8,7 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from mecheval.commands.options import example, split_list, tracker_option, trackers
+from mecheval.common import MAX_N_EXAMPLES
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +27,7 @@ def register(app: typer.Typer) -> None:
         executor: Annotated[Literal["local", "ray"], typer.Option(help="Where runs train.")] = "local",
         workers: Annotated[Optional[int], typer.Option(help="Local worker processes (default: the core count).")] = None,
         address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start or find one).")] = None,
-        n: Annotated[int, typer.Option(min=1, help="Examples per intervention experiment (the API's N_EXAMPLES, as `mecheval intervene`).")] = N_EXAMPLES,
+        n: Annotated[int, typer.Option(min=1, max=MAX_N_EXAMPLES, help="Examples per intervention experiment (the API's N_EXAMPLES, as `mecheval intervene`).")] = N_EXAMPLES,
         widths: Annotated[Optional[list[str]], typer.Option(help="Widths to train, e.g. 64 or 32,64 (default: the scale's).")] = None,
         lrs: Annotated[Optional[list[str]], typer.Option(help="Learning rates, e.g. 3e-4,1e-3 (default: the scale's).")] = None,
         seeds: Annotated[Optional[list[str]], typer.Option(help="Seeds, e.g. 0,1,2 (default: the study's cpu_seeds at the cpu scale, e.g. 0,1,2 for quick; else seed 0 only).")] = None,

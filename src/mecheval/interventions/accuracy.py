@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from mecheval.common import read_table
 from mecheval.interventions.artefact import distance_subsets, key_distance
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.interventions.patching import LENGTH_GROUPS
@@ -69,6 +70,9 @@ def example_table(correct: torch.Tensor, batch: Batch, masks: dict[str, torch.Te
     return table
 
 
+ACCURACY_COLUMNS = ("subset", "acc", "acc_lo", "acc_hi", "n")  # accuracy.parquet, as `accuracy_table` writes it
+
+
 def accuracy_table(correct: torch.Tensor, batch: Batch, masks: dict[str, torch.Tensor]) -> pd.DataFrame:
     """One row per subset in `masks` and per key distance (single-answer tasks), from `correct_answers`'
     [B, Q] on the batch."""
@@ -83,7 +87,7 @@ def accuracy_table(correct: torch.Tensor, batch: Batch, masks: dict[str, torch.T
 
 def accuracy_fields(path: Path, subset: str) -> dict:
     """verdict.json's accuracy fields: `acc_all`, `acc_{subset}` with intervals, and their example counts."""
-    table = pd.read_parquet(path).set_index("subset")
+    table = read_table(path, ACCURACY_COLUMNS).set_index("subset")
     out = {}
     for name in dict.fromkeys(["all", subset]):
         if name in table.index:

@@ -61,6 +61,10 @@ def conv_window(
     return out
 
 
+# the columns of conv_window.parquet `best_cell` reads
+CELL_COLUMNS = ("layer", "site", "offset", "direction", "joint", "attrib", "attrib_lo", "attrib_hi")
+
+
 def best_cell(window: pd.DataFrame, layer: int | None = None) -> pd.Series | None:
     """The single-offset `conv_out` cell (sufficiency) restoring most, in `layer` or in any; None if none has
     an attribution (a model with no effect to attribute has NaN in every cell)."""

@@ -28,6 +28,7 @@ from mecheval.tasks import Batch, Task
 
 POINTER = "pointer.parquet"  # a run's pointer control, at its verdict's read point
 FOLLOWS = ("answer", "position")  # what the patched run's output can follow
+POINTER_COLUMNS = ("n", *(f"{f}{end}" for f in FOLLOWS for end in ("", "_lo", "_hi")))  # what reports read of POINTER
 
 
 @torch.no_grad()

@@ -25,7 +25,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
+from mecheval.common import (NUMBER, ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir,
+                             safe_unlink)
 
 from mecheval.interventions.accuracy import (EXAMPLES, accuracy_fields, accuracy_table, correct_answers, example_ids,
                                              example_table)
@@ -128,6 +129,7 @@ PROMPT_FIELDS = (*READ_SETTINGS, "prompts", "seen_share", "n_drawn", "acc_all_pr
                  "acc_all_prompts_hi", "n_all_prompts")  # verdict.json: which prompts were read (`prompts_read`)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
                   "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on
+NUMERIC_FIELDS = ("effect", "attrib@", "window@", "acc_", "n_", "seen_share")  # verdict.json fields read as numbers
 
 
 def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> None:
@@ -142,6 +144,10 @@ def read_verdict_file(run_dir: Path) -> dict:
     row = read_json_object(path, VERDICT_FIELDS)
     if row["verdict"] not in LABELS:
         raise ConfigError(f"{path}: verdict {row['verdict']!r} is not one of {list(LABELS)}")
+    for key, value in row.items():  # the intervals, accuracies and counts beside them: numbers or null
+        number = isinstance(value, NUMBER) and not isinstance(value, bool)
+        if key.startswith(NUMERIC_FIELDS) and value is not None and not number:
+            raise ConfigError(f"{path}: field {key!r} is {value!r}, expected int or float")
     return row
 
 

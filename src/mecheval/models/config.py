@@ -11,6 +11,10 @@ from mecheval.models.presets import ARCHITECTURES
 from mecheval.models.shortconv import ConvSpec, validate_conv_spec
 from mecheval.plugins import PluginError
 
+# sizes no model of this library needs, refused before anything is allocated (a typo, or a planted config)
+MAX_VOCAB, MAX_WIDTH, MAX_LAYERS, MAX_LEN = 2**20, 2**14, 2**10, 2**17
+MAX_TABLE = 2**30  # values of the token or position embedding (4 GiB as float32): vocab_size (max_len) × d_model
+
 NormKind = Literal["layernorm", "rmsnorm"]
 # `build: study`: the LM fields of the study's code (tinylang's Zoology LM: zoology's init and final
 # LayerNorm, mamba_ssm's RMSNorm eps); see docs/mamba-published-scale.md
@@ -39,16 +43,16 @@ class ModelConfig(Checked):
     model_config = ConfigDict(extra="forbid")
 
     preset: str | None = None
-    vocab_size: int = Field(gt=0)
-    d_model: int = Field(64, gt=0)
-    n_layers: int = Field(2, gt=0)
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
+    d_model: int = Field(64, gt=0, le=MAX_WIDTH)
+    n_layers: int = Field(2, gt=0, le=MAX_LAYERS)
     mixer: str | list[str] = Field("attention", description="a zoo name or an import path 'package.module:Class'")
     d_conv: ConvSpec | None | list[ConvSpec | None] = None
     mlp: bool | None | list[bool | None] = None
     norm: NormKind | None | list[NormKind | None] = None
     pos_emb: Literal["learned", "none"] | None = None
-    max_len: int = Field(1024, gt=0)
-    mlp_ratio: int = Field(4, gt=0)
+    max_len: int = Field(1024, gt=0, le=MAX_LEN)
+    mlp_ratio: int = Field(4, gt=0, le=64)
     tie_embeddings: bool = True
     final_norm: NormKind | None = Field(None, description="the norm before the head; None: the last layer's")
     final_norm_bias: bool = Field(False, description="a bias in the final norm (a LayerNorm), as the study's code has")
@@ -94,6 +98,9 @@ class ModelConfig(Checked):
     def _resolve(self) -> "ModelConfig":
         from mecheval.models.mixers import mixer_spec
 
+        for field, rows in (("vocab_size", self.vocab_size), ("max_len", self.max_len)):
+            if rows * self.d_model > MAX_TABLE:
+                raise ValueError(f"{field} × d_model = {rows * self.d_model:,} embedding values, at most {MAX_TABLE:,}")
         n = self.n_layers
         mixers = _per_layer(self.mixer, n, "mixer")
         specs = [mixer_spec(m) for m in mixers]  # zoo names or import paths; errors name what is wrong
@@ -159,9 +166,9 @@ class HFModelConfig(BaseModel):
 
     hf: str = Field(description="a transformers class (MambaForCausalLM) or an import path 'package.module:Class'")
     config: dict[str, Any] = Field(default_factory=dict)
-    vocab_size: int = Field(gt=0)
-    d_model: int = Field(64, gt=0)
-    n_layers: int = Field(2, gt=0)
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
+    d_model: int = Field(64, gt=0, le=MAX_WIDTH)
+    n_layers: int = Field(2, gt=0, le=MAX_LAYERS)
 
     @model_validator(mode="after")
     def _check(self) -> "HFModelConfig":

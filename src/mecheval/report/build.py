@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir, safe_unlink
+from mecheval.common import (ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, read_table, safe_mkdir,
+                             safe_unlink)
+from mecheval.interventions.accuracy import ACCURACY_COLUMNS
 from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
-from mecheval.interventions.state_readout import state_summary
+from mecheval.interventions.state_readout import COLUMNS as STATE_COLUMNS, state_summary
 from mecheval.interventions.verdict import shows_attributions
 from mecheval.report import figures
 from mecheval.report.compare import (HELDOUT_ACC_CELL, HELDOUT_VALUE_CELL, heldout_cells, published_accuracy,
@@ -30,7 +32,7 @@ from mecheval.report.html import render_html
 from mecheval.report.fit import FIT_NOTE, fit_table
 from mecheval.report.findings import FINDINGS, Outcome, checked, conv_evidence, finding_row, seed_pairs
 from mecheval.report.overview import GRAMMAR, by_grammar, overview_table, overview_text, with_interval
-from mecheval.report.paired import paired_accuracy, read_examples
+from mecheval.report.paired import paired_runs
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.sweeps.table import runs_dir
 from mecheval.report.timelines import formation_steps, overlay_figure, run_figure, timeline_table
@@ -294,7 +296,7 @@ def artefact_table(best: pd.DataFrame) -> pd.DataFrame:
         path = Path(r["run_dir"]) / "accuracy.parquet"
         if not path.exists():
             continue
-        acc = pd.read_parquet(path).set_index("subset")
+        acc = read_table(path, ACCURACY_COLUMNS).set_index("subset")
         row = {"arch": r["arch"], "seed": r["seed"]}
         for subset in ("all", "outside", "inside"):
             if subset in acc.index and acc.at[subset, "n"] > 0:
@@ -314,10 +316,10 @@ def like_for_like_table(best: pd.DataFrame, reference: str = "attention") -> pd.
     rows = []
     for arch, part in best[best["arch"] != reference].groupby("arch", sort=False):
         for a, b in seed_pairs(part, ref):
-            tables = read_examples(a["run_dir"]), read_examples(b["run_dir"])
-            if any(t is None for t in tables):
+            table = paired_runs(a["run_dir"], b["run_dir"])
+            if table is None:
                 continue
-            for _, r in paired_accuracy(*tables).iterrows():
+            for _, r in table.iterrows():
                 rows.append({"arch": arch, "vs": reference, "seeds": f"{a.get('seed', 0)} / {b.get('seed', 0)}",
                              "examples": r["subset"], "n": r["n"], "acc": r["acc_a"], f"acc {reference}": r["acc_b"],
                              "difference [95% CI]": f"{r['diff']:+.2f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]"})
@@ -362,7 +364,7 @@ def state_table(best: pd.DataFrame) -> pd.DataFrame:
         path = Path(str(r.get("run_dir"))) / "state_curve.parquet"
         if not path.exists() or r.get("verdict") == "not learned":  # nothing to restore: attributions are noise
             continue
-        for _, s in state_summary(pd.read_parquet(path)).iterrows():
+        for _, s in state_summary(read_table(path, STATE_COLUMNS)).iterrows():
             rows.append({"arch": r["arch"], "seed": r["seed"], "mechanism": r.get("verdict"), "layer": int(s["layer"]),
                          "enters at": f"key+{int(s['enters'])}", "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
                          "before the answer": with_interval(s["last"], s["last_lo"], s["last_hi"]), "n": int(s["last_n"])})
@@ -447,7 +449,7 @@ def study_findings(study_dir: str | Path, seeds: list[int] | None = None, table:
     findings the study checks; `table`: the study's `study_table`, where the caller has read it already."""
     study_dir = Path(study_dir)
     best = best_runs(study_table(study_dir) if table is None else table, seeds)
-    return {f: FINDINGS[f].check(best) for f in _meta(study_dir).get("findings", [])}
+    return {f: FINDINGS[f].check(best) for f in study_meta(study_dir).get("findings", [])}
 
 
 def best_runs(table: pd.DataFrame, seeds: list[int] | None = None) -> pd.DataFrame:
@@ -486,17 +488,23 @@ def build_report(study_dir: str | Path) -> Report:
         return _build(study_dir)
 
 
-def _meta(study_dir: Path) -> dict:
-    """study.json (an object; `description` and `preset` strings where present); {} where absent."""
+def study_meta(study_dir: Path) -> dict:
+    """study.json (an object: its strings strings, `findings` a list of known findings, `n_examples` an int,
+    where present); {} where absent; ConfigError naming the file otherwise. Every reader of study.json reads it here."""
     path = study_dir / STUDY_JSON
     if not path.exists():
         return {}
-    return read_json_object(path, {}, optional={**{k: str for k in ("description", "preset", "scale", "cpu_drops")},
-                                                "wall_time_s": (int, float), "findings": list})
+    meta = read_json_object(path, {}, optional={**{k: str for k in ("description", "preset", "scale", "cpu_drops")},
+                                                "wall_time_s": (int, float), "findings": list, "n_examples": int,
+                                                "archs": (list, type(None))})
+    unknown = [f for f in meta.get("findings", []) if not isinstance(f, str) or f not in FINDINGS]
+    if unknown:
+        raise ConfigError(f"{path}: unknown findings {unknown}; known: {', '.join(FINDINGS)}")
+    return meta
 
 
 def _build(study_dir: Path) -> Report:
-    meta = _meta(study_dir)
+    meta = study_meta(study_dir)
     df = study_table(study_dir)
     summary = summarise(df)
     best = df[df["best_lr"]]

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.interventions.conv_window import best_cell
+from mecheval.common import read_table
+from mecheval.interventions.conv_window import CELL_COLUMNS, best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.models.presets import arch_label
 from mecheval.report.compare import published_accuracy
@@ -32,7 +33,7 @@ from mecheval.report.decide import (FORMED, HIGH, HIGH_ACC, INCONCLUSIVE, LOW, M
                                     REPRODUCED, VALUE_HIGH, above, all_of, below, multi_bootstrap, negate, outcome,
                                     worst)
 from mecheval.report.overview import GRAMMAR, with_interval
-from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_accuracy, read_examples
+from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_runs
 from mecheval.report.results import HELDOUT_VALUE
 
 # the architectures of the study's depth runs (its appendix figure): the zoo before DeltaNet joined it
@@ -357,10 +358,10 @@ def conv_evidence(run_dir: str) -> dict | None:
     window, ablation = Path(run_dir) / "conv_window.parquet", Path(run_dir) / "conv_ablation.parquet"
     if not window.exists() or not ablation.exists():
         return None
-    best = best_cell(pd.read_parquet(window))
+    best = best_cell(read_table(window, CELL_COLUMNS))
     if best is None:
         return None
-    ab = pd.read_parquet(ablation).set_index(["layers", "lags"])
+    ab = read_table(ablation, ("layers", "lags", "acc", "n")).set_index(["layers", "lags"])
     layer = int(best["layer"])
     cut, base = ab.loc[(str(layer), ">=1")], ab.loc[("none", "none")]
     return {"layer": layer, "offset": int(best["offset"]), "attrib": float(best["attrib"]),
@@ -414,14 +415,13 @@ def _mamba_vs_attention(df: pd.DataFrame) -> Outcome:
         return Outcome(NOT_RUN, "needs runs of mamba and attention on the same grammar")
     results, evidence = [], []
     for g, m, a in pairs:
-        tables = read_examples(m["run_dir"]), read_examples(a["run_dir"])
-        if any(t is None for t in tables):
+        try:
+            table = paired_runs(m["run_dir"], a["run_dir"])
+        except ValueError as e:
+            return Outcome(NOT_RUN, str(e))
+        if table is None:
             return Outcome(NOT_RUN, f"no per-example readout ({EXAMPLES}) in {m['run_dir']} or {a['run_dir']}: "
                            "`mecheval intervene` writes it")
-        try:
-            table = paired_accuracy(*tables)
-        except ValueError as e:
-            return Outcome(NOT_RUN, f"{m['run_dir']} and {a['run_dir']}: {e}")
         results.append(all_of(at_least_as_accurate(r, MARGIN) for _, r in table.iterrows()))
         evidence.append(f"{g} seed {m.get('seed', 0)}/{a.get('seed', 0)}: " + ", ".join(
             f"{r['subset']} (n={r['n']}) mamba {r['acc_a']:.2f} vs attention {r['acc_b']:.2f}, "

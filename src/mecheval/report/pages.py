@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import json
 import os
 import re
 from collections.abc import Callable
@@ -53,13 +52,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.common import atomic_write_text, check_inside, read_table, safe_mkdir
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_run, formation_table, state_table,
-                                   study_findings, summarise)
+                                   study_findings, study_meta, summarise)
 from mecheval.report.compare import heldout_cells, published_accuracy, published_heldout, published_verdict
 from mecheval.report.decide import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE, compare_accuracy
 from mecheval.report.findings import ACCURACY, FINDINGS, MECHANISM, Finding, Outcome, checked, conv_evidence, finding_row
+from mecheval.report.markup import md_code, md_text, slug
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
 from mecheval.report.rates import committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
 from mecheval.report.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
@@ -69,6 +70,7 @@ from mecheval.report.widths import readable_widths, spans_widths, width_table
 from mecheval.study.command import rebuilds_spec, study_command
 from mecheval.sweeps.runner import RUNS, SPEC
 from mecheval.sweeps.spec import load_sweep, run_overrides
+from mecheval.training.lock import DirLock
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 RESULTS = "results"
@@ -107,11 +109,6 @@ def studies(root: Path) -> list[Path]:
 def _table(path: str) -> pd.DataFrame:
     """The study's `study_table` of every run under its runs/, whether its latest sweep.yaml names it or not."""
     return study_table(path, every_run=True)
-
-
-def _meta(study: Path) -> dict:
-    path = study / "study.json"
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _task(study: Path) -> str:
@@ -154,11 +151,11 @@ def _link(root: Path, page: Path, study: Path, index: dict[Path, Path]) -> str:
     if target is None:
         return f"`{study}`"
     rel = os.path.relpath(target, page.parent).replace(os.sep, "/")
-    return f"[{study.parent.name}/{study.name}]({rel}#{anchor(study)})"
+    return f"[{md_text(f'{study.parent.name}/{study.name}')}]({rel}#{anchor(study)})"
 
 
 def anchor(study: Path) -> str:
-    return f"{study.parent.name}-{study.name}"
+    return slug(f"{study.parent.name}-{study.name}")
 
 
 def _seeds(df: pd.DataFrame) -> str:
@@ -188,10 +185,10 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path], scale: str = 
                     "seeds": _seeds(best), "examples": _examples(best), "scale": scale, "study": link}))
 
     for study in studies(root):
-        meta = _meta(root / study)
+        meta = study_meta(root / study)
         if meta.get("findings") and fnmatch.fnmatchcase(study.parent.name, scale):
             df = _table(str(root / study))
-            check(meta["findings"], best_runs(df), study.parent.name, _link(root, page, study, index))
+            check(meta["findings"], best_runs(df), md_text(study.parent.name), _link(root, page, study, index))
     for pool_page, args in pooled_specs(root):  # the pages' pools: several studies' seeds read as one
         chosen, df = _pooled(root, args, pool_page)
         if not any(fnmatch.fnmatchcase(s.parent.name, scale) for s in chosen):
@@ -331,9 +328,10 @@ def run_rows(study: Path) -> list[dict]:
         pub_acc = published_accuracy(task, grammar if isinstance(grammar, str) else None, r["arch_name"],
                                      r["arch_conv"], int(r["model.d_model"]), r["arch"])
         pub_verdict = published_verdict(task, r["arch"])
-        row = {"run": r["name"]} if named else {}  # hand-made runs: the name says what differs
-        row |= {"architecture": r["arch"], **({"d": int(r["model.d_model"])} if widths > 1 else {}), "lr": f"{r['optim.lr']:g}",
-               "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
+        row = {"run": md_text(r["name"])} if named else {}  # hand-made runs: the name says what differs
+        row |= {"architecture": md_text(r["arch"]), **({"d": int(r["model.d_model"])} if widths > 1 else {}),
+                "lr": f"{r['optim.lr']:g}",
+                "seed": int(r["seed"]), "test acc": _num(r["acc"], 3)}
         if heldout:  # the generalisation split: accuracy and @value on the held-out pairs, the study's beside
             pub_acc_heldout, pub_value = published_heldout(r["arch"], int(r["model.d_model"]))
             acc, lo, compared = _num(r.get("acc_heldout"), 3), r.get(f"{HELDOUT_READ_ACC}_lo"), ""
@@ -357,10 +355,10 @@ def _task_line(study: Path) -> str:
     first = df.iloc[0]
     params = {k.removeprefix("task.params."): v for k, v in first.items()
               if k.startswith("task.params.") and v is not None and v == v}
-    shown = ", ".join(f"{k} {v}" for k, v in params.items()) or "its default parameters, the published ones"
+    shown = ", ".join(md_text(f"{k} {v}") for k, v in params.items()) or "its default parameters, the published ones"
     layers = sorted(df["model.n_layers"].dropna().astype(int).unique())
     widths = sorted(df["model.d_model"].dropna().astype(int).unique())
-    return (f"Task `{first['task.name']}` ({shown}); {'/'.join(map(str, layers))} layer{'' if layers == [1] else 's'} of width "
+    return (f"Task {md_code(first['task.name'])} ({shown}); {'/'.join(map(str, layers))} layer{'' if layers == [1] else 's'} of width "
             f"{'/'.join(map(str, widths))}; "
             f"{(done := int((df['status'] == 'done').sum()))} finished run{'' if done == 1 else 's'}.")
 
@@ -386,7 +384,7 @@ def width_section(root: Path, study: Path, page: Path) -> str:
         return ""
     png = os.path.relpath(width_files(study)[1], page.parent).replace(os.sep, "/")
     return "\n".join([
-        f"Accuracy against width ({study.parent.name}/{study.name}; best learning rate per width; ours solid with "
+        f"Accuracy against width ({md_text(f'{study.parent.name}/{study.name}')}; best learning rate per width; ours solid with "
         f"95% intervals, published dashed), compared by intervals: {RULE}.", "",
         f"![Accuracy against width, ours beside the published values]({png})", "",
         _markdown(readable_widths(table).astype(str).to_dict("records")), ""])
@@ -433,7 +431,7 @@ def _pooled(root: Path, args: dict[str, str], page: Path) -> tuple[list[Path], p
 
 def _pool_findings(root: Path, chosen: list[Path]) -> list[str]:
     """The findings the pooled studies check, each once, in the studies' order."""
-    return list(dict.fromkeys(f for s in chosen for f in _meta(root / s).get("findings", [])))
+    return list(dict.fromkeys(f for s in chosen for f in study_meta(root / s).get("findings", [])))
 
 
 def pool_files(name: str, figure: str) -> tuple[Path, Path]:
@@ -518,8 +516,8 @@ def _made_by(path: Path, command: str) -> str:
     made some of the runs (run directories the spec does not name)."""
     named = {name for name, _ in run_overrides(load_sweep(path / SPEC))}
     runs = {d.name for d in (path / RUNS).iterdir() if d.is_dir()} if (path / RUNS).is_dir() else set()
-    text = f"Made by `{command}`" if runs <= named else (
-        f"`{command}` makes {len(runs & named)} of its {len(runs)} runs; earlier calls made the others (each run's "
+    text = f"Made by {md_code(command)}" if runs <= named else (
+        f"{md_code(command)} makes {len(runs & named)} of its {len(runs)} runs; earlier calls made the others (each run's "
         "`config.yaml` says how)")
     return text + ("." if rebuilds_spec(path) is not False else " (the preset has changed since: the command makes "
                    "today's version, and the directory's `sweep.yaml` is what ran).")
@@ -529,11 +527,12 @@ def study_section(root: Path, study: Path, page: Path) -> str:
     """A study's heading, what it ran, its findings, its runs and, where computed, the readouts beyond
     the verdict."""
     path = root / study
-    meta = _meta(path)
-    preset = f" Preset `{meta['preset']}`, {meta.get('scale', study.parent.name)} scale." if "preset" in meta else ""
-    out = [f'<a id="{anchor(study)}"></a>', "", f"### {study.name} ({study.parent.name})", "",
-           f"`{study}`.{preset} " + _task_line(path)
-           + (f" {meta['description']}" if meta.get("description") else "")
+    meta = study_meta(path)
+    preset = (f" Preset {md_code(meta['preset'])}, {md_text(meta.get('scale', study.parent.name))} scale."
+              if "preset" in meta else "")
+    out = [f'<a id="{anchor(study)}"></a>', "", f"### {md_text(study.name)} ({md_text(study.parent.name)})", "",
+           f"{md_code(study)}.{preset} " + _task_line(path)
+           + (f" {md_text(meta['description'])}" if meta.get("description") else "")
            + (" Report: `report.md` in the directory (`mecheval report DIR` writes the self-contained `report.html`"
               " beside it)." if (path / "report.md").exists() else ""), ""]
     command = study_command(path, out=str(study))
@@ -587,7 +586,7 @@ def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
         return study == Path(args["study"])
     return (fnmatch.fnmatchcase(study.parent.name, args.get("scale", "*"))
             and args.get("task", _task(root / study)) == _task(root / study)
-            and ("preset" not in args or _meta(root / study).get("preset") in args["preset"].split(",")))
+            and ("preset" not in args or study_meta(root / study).get("preset") in args["preset"].split(",")))
 
 
 def _args(args: dict[str, str]) -> str:
@@ -619,7 +618,7 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
         for arch, part in groups:
             cpu = part["summary.cpu_time_s"] if "summary.cpu_time_s" in part else pd.Series(dtype=float)
             steps = part["summary.steps"].dropna().astype(int)
-            rows.append({"study": f"{study.parent.name}/{study.name}", **({"architecture": arch} if arch else {}),
+            rows.append({"study": md_text(f"{study.parent.name}/{study.name}"), **({"architecture": md_text(arch)} if arch else {}),
                          "runs": len(part), "steps per run": f"{int(steps.median()):,}" if len(steps) else "–",
                          "wall min per run": _minutes(part["summary.wall_time_s"]), "CPU min per run": _minutes(cpu),
                          "steps/s": _num(part["summary.steps_per_s"].median(), 1),
@@ -689,7 +688,7 @@ def pointer_rows(root: Path) -> list[dict]:
     """Every committed learned run whose query side carries part of the effect (@query's interval above LOW) and
     that has a pointer control (`interventions.pointer`): its verdict, @query, and the shares of patched outputs
     that follow the answer and the value's old position, with their intervals."""
-    from mecheval.interventions.pointer import POINTER
+    from mecheval.interventions.pointer import POINTER, POINTER_COLUMNS
     from mecheval.interventions.verdict import LOW
 
     rows = []
@@ -701,8 +700,8 @@ def pointer_rows(root: Path) -> list[dict]:
             path = Path(r["run_dir"]) / POINTER
             if r["verdict"] == "not learned" or not path.exists():
                 continue
-            p = pd.read_parquet(path).iloc[0]
-            rows.append({"study": f"{study.parent.name}/{study.name}", "architecture": r["arch"],
+            p = read_table(path, POINTER_COLUMNS).iloc[0]
+            rows.append({"study": md_text(f"{study.parent.name}/{study.name}"), "architecture": md_text(r["arch"]),
                          "seed": _num(r.get("seed"), 0), "verdict": r["verdict"], "@query": _interval(r, "attrib@query"),
                          "follows the answer": _interval(p, "answer"), "follows the old position": _interval(p, "position"),
                          "n": int(p["n"])})
@@ -879,19 +878,22 @@ def drawings(root: Path) -> list[tuple[Path, Path, Callable[[pd.DataFrame, Path]
 
 def write_pages(root: Path) -> list[Path]:
     """Fill every generated block and draw the figures (`drawings`; each where its data changed or its PNG
-    is missing); returns the files that changed."""
+    is missing); returns the files that changed. Holds docs/'s lock (one `mecheval pages` at a time); every
+    file is written whole or not at all and never through a symbolic link (`common.atomic_write_bytes`)."""
     root = Path(root)
     changed = []
-    for page, text in generate(root).items():
-        path = root / page
-        if not path.exists() or path.read_text() != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            changed.append(page)
-    for data, png, draw in drawings(root):
-        if (root / data).exists() and (data in changed or not (root / png).exists()):
-            draw(pd.read_csv(root / data), root / png)
-            changed.append(png)
+    with DirLock(root / "docs", "documentation"):
+        for page, text in generate(root).items():
+            path = root / page
+            if not path.exists() or path.read_text() != text:
+                safe_mkdir(path.parent, root)
+                atomic_write_text(path, text, root)
+                changed.append(page)
+        for data, png, draw in drawings(root):
+            if (root / data).exists() and (data in changed or not (root / png).exists()):
+                safe_mkdir(check_inside(root / png, root).parent, root)
+                draw(pd.read_csv(root / data), root / png)
+                changed.append(png)
     return changed
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mecheval.common import ConfigError, read_table
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.metrics import bootstrap_difference
 from mecheval.report.decide import above
@@ -26,7 +27,7 @@ COLUMNS = ["subset", "n", "acc_a", "acc_b", "diff", "diff_lo", "diff_hi"]
 def read_examples(run_dir: str | Path) -> pd.DataFrame | None:
     """The run's per-example table, or None where it was not written (runs intervened before it existed)."""
     path = Path(run_dir) / EXAMPLES
-    return pd.read_parquet(path) if path.exists() else None
+    return read_table(path, ("id", "correct", "outside")) if path.exists() else None
 
 
 def paired_accuracy(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -43,6 +44,20 @@ def paired_accuracy(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: 
         rows.append({"subset": name, "n": int(mask.sum()), "acc_a": mean(x), "acc_b": mean(y),
                      "diff": mean(x) - mean(y), "diff_lo": lo, "diff_hi": hi})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def paired_runs(run_a: str | Path, run_b: str | Path) -> pd.DataFrame | None:
+    """`paired_accuracy` of two runs' per-example tables; None where either has none. ConfigError naming both
+    runs, how many examples each read and how to read them alike where they were read on other examples."""
+    a, b = read_examples(run_a), read_examples(run_b)
+    if a is None or b is None:
+        return None
+    try:
+        return paired_accuracy(a, b)
+    except ValueError:
+        raise ConfigError(f"{run_a} ({len(a)} examples) and {run_b} ({len(b)} examples) were read on different examples "
+                         "(task, split, seed or --n differ); read them with one --n: `mecheval study … --n N` re-reads "
+                         "a study's runs, `mecheval intervene RUN --n N --replace` one run") from None
 
 
 def at_least_as_accurate(row: pd.Series, margin: float) -> bool | None:

@@ -7,6 +7,7 @@ attributions only for runs that learned the task), the published value as a blac
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -17,7 +18,8 @@ import pandas as pd  # noqa: E402
 
 from mecheval.report import published  # noqa: E402
 from mecheval.report.compare import published_accuracy, published_attribution  # noqa: E402
-from mecheval.report.figures import OKABE_ITO, optimise_png_file  # noqa: E402
+from mecheval.common import atomic_write_bytes  # noqa: E402
+from mecheval.report.figures import OKABE_ITO, optimise_png  # noqa: E402
 
 QUANTITIES = ("accuracy", "@key", "@value", "@query")
 FIGURE_WIDTH_IN = 7  # inches: 672 px at 96 dpi, within the docs' ~690 px column
@@ -37,11 +39,12 @@ def figure_data(root: Path) -> pd.DataFrame:
     architectures the study compares, with their default conv or none; `arch` names the width where the
     study's runs span several, an ATR grammar other than easy (`based · large_vocab`) and a held-out share of
     ATR's pairs (`based · 20% held out`)."""
-    from mecheval.report.pages import _meta, _table, studies
+    from mecheval.report.build import study_meta
+    from mecheval.report.pages import _table, studies
 
     rows = []
     for study in studies(root):
-        if not _meta(root / study):
+        if not study_meta(root / study):
             continue
         df = _table(str(root / study))
         best = df[df["best_lr"] & df["arch_name"].isin(COMPARED)]
@@ -114,9 +117,10 @@ def study_panels(data: pd.DataFrame, task: str, scale: str) -> plt.Figure:
 
 
 def save_figure(fig, path: Path) -> None:
-    """`fig` as a PNG at `path` (folders made; no software stamp, so a redraw of the same data is the same
-    file), optimised (`figures.optimise_png_file`); the figure is closed."""
+    """`fig` as a PNG at `path` (folders made; no software stamp, so a redraw of the same data is the same file), optimised
+    (`figures.optimise_png`), written whole and not through a link (`common.atomic_write_bytes`); the figure is closed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=96, metadata={"Software": None}, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
-    optimise_png_file(path)
+    atomic_write_bytes(path, optimise_png(buf.getvalue()))

@@ -10,13 +10,12 @@ Running it again resumes the study. `study_axes` parses it back into `Study.swee
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
 from mecheval.plugins import is_import_path
-from mecheval.report.build import STUDY_JSON
-from mecheval.study.presets import PAPER_TRAIN_ORDER, STUDIES, point_label
+from mecheval.report.build import STUDY_JSON, study_meta
+from mecheval.study.presets import PAPER_TRAIN_ORDER, SCALES, STUDIES, point_label
 from mecheval.sweeps.runner import SPEC
 from mecheval.sweeps.spec import load_sweep
 from mecheval.training.config import ADDED_LATER
@@ -31,7 +30,9 @@ def study_command(study_dir: Path, out: str | None = None) -> str | None:
     spec_path, meta_path = study_dir / SPEC, study_dir / STUDY_JSON
     if not spec_path.exists() or not meta_path.exists():
         return None
-    spec, meta = load_sweep(spec_path), json.loads(meta_path.read_text())
+    spec, meta = load_sweep(spec_path), study_meta(study_dir)
+    if meta.get("preset") not in STUDIES or meta.get("scale") not in SCALES:  # not made by `mecheval study`
+        return None
     words = ["mecheval", "study", meta["preset"], "--scale", meta["scale"]]
     for key, flag in GRID_FLAGS.items():
         if key in spec.grid:

@@ -22,8 +22,8 @@ from tqdm import tqdm
 from mecheval.common import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
-from mecheval.interventions.runs import (has_valid_verdict, intervene_run, recheck_run, relabel_run, split_dir,
-                                         verdict_is_current, write_examples)
+from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_verdict_file, recheck_run, relabel_run,
+                                         split_dir, verdict_is_current, write_examples)
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
@@ -84,6 +84,10 @@ def run_study(
                 out_dir = _readout_dir(run_dir, split)
                 if not has_valid_verdict(out_dir):  # missing, or left empty or invalid: recomputed
                     todo.append((run_dir, split))
+                elif (n := read_verdict_file(out_dir).get("n_all", n_examples)) != n_examples:  # an earlier call's --n
+                    tqdm.write(f"reading {out_dir} again: read on {n} examples, this call's --n is {n_examples}",
+                               file=sys.stderr)
+                    todo.append((run_dir, split))
                 elif not verdict_is_current(out_dir):  # decided by earlier rules: decided anew, patched again where needed
                     if not recheck_run(out_dir, run_dir, n_examples, study.min_effect, split=split):
                         todo.append((run_dir, split))
@@ -136,7 +140,7 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False)
     no verdict reads, kept: RECHECK_KEEPS). Runs intervened before
     per-example tables existed get their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
-    meta = json.loads((out / STUDY_JSON).read_text())
+    meta = read_json_object(out / STUDY_JSON, {"preset": str, "n_examples": int})
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         for split in ("test", *study.splits):
@@ -160,8 +164,10 @@ def _readout_dir(run_dir: Path, split: str) -> Path:
 
 def _intervene(run_dir: Path, study: Study, n: int, split: str = "test", skip: tuple[str, ...] = ()) -> None:
     """The study's interventions on one run's `split`: the test split with the study's analyses but those in
-    `skip` (whose earlier files are kept), a further split (into RUN/splits/<split>/) without them."""
+    `skip` (whose earlier files are kept), a further split (into RUN/splits/<split>/) without them. A study
+    reads a run only where its readout is missing, stale or read on another --n: it replaces its own readout."""
     test = split == "test"
     analyses = [a for a in study.analyses if a not in skip] if test else []
     intervene_run(run_dir, corrupt=list(study.corrupt), n=n, sites=list(study.sites), min_effect=study.min_effect,
-                  skip_missing_sites=True, analyses=analyses, split=split, out=None if test else split_dir(run_dir, split))
+                  skip_missing_sites=True, analyses=analyses, split=split, out=None if test else split_dir(run_dir, split),
+                  replace=True)

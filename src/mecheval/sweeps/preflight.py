@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import torch
-import yaml
 
 from mecheval.sweeps.spec import RunSpec
-from mecheval.training.config import ConfigError, config_diff
+from mecheval.training.config import ConfigError, config_diff, read_yaml
 from mecheval.training.run_dir import CONFIG, RunDir
 
 
@@ -38,11 +37,9 @@ def stored_diff(run: RunDir, spec: RunSpec) -> list[str]:
     if not run.started:
         return []
     try:
-        raw = yaml.safe_load((run / CONFIG).read_text())
-    except yaml.YAMLError as e:
-        return [f"{CONFIG} is not valid YAML ({e})"]
-    if not isinstance(raw, dict):
-        return [f"{CONFIG} is not a mapping"]
+        raw = read_yaml(run / CONFIG)
+    except ConfigError as e:
+        return [str(e)]
     try:
         diff = config_diff(run.read_config(), spec.config)
     except ConfigError:  # a config of another schema: compare the fields as written

@@ -16,13 +16,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from mecheval.sweeps.executors import Job, Outcome, run_local, run_ray
 from mecheval.sweeps.preflight import changed_runs, check_models
 from mecheval.sweeps.spec import SweepConfig, expand
-from mecheval.common import atomic_write_text
-from mecheval.training.config import ConfigError, flatten
+from mecheval.common import atomic_write_text, dump_yaml, load_yaml
+from mecheval.training.config import ConfigError, flatten, read_yaml
 from mecheval.training.lock import DirLock
 from mecheval.training.run_dir import RunDir
 
@@ -107,20 +105,20 @@ def _describe_changes(out: Path, changed: dict[str, list[str]], shown: int = 3) 
 
 def _write_spec(out: Path, sweep: SweepConfig, on_note: Callable[[str], None]) -> None:
     """Writes sweep.yaml; a different one already there is kept as sweep.<k>.yaml, and said so."""
-    text = yaml.safe_dump(sweep.model_dump(mode="json", by_alias=True), sort_keys=False)
+    text = dump_yaml(sweep.model_dump(mode="json", by_alias=True))
     path = out / SPEC
     if path.exists():
         try:
-            old = yaml.safe_load(path.read_text())
-        except yaml.YAMLError:
+            old = read_yaml(path)
+        except ConfigError:
             old = None
-        if old == yaml.safe_load(text):
+        if old == load_yaml(text, str(path)):
             return
         k = 1
         while (out / f"sweep.{k}.yaml").exists():
             k += 1
         path.rename(out / f"sweep.{k}.yaml")
-        a, b = flatten(old if isinstance(old, dict) else {}), flatten(yaml.safe_load(text))
+        a, b = flatten(old if isinstance(old, dict) else {}), flatten(load_yaml(text, str(path)))
         diff = [f"{key}: {a.get(key, '(absent)')} -> {b.get(key, '(absent)')}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
         on_note(f"{path}: the spec changed ({'; '.join(diff[:5])}{' …' if len(diff) > 5 else ''}); "
                 f"the previous one is kept as sweep.{k}.yaml")

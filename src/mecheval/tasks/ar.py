@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mecheval.tasks.base import SPLITS
+from mecheval.tasks.base import MAX_SEQ_LEN, SPLITS
 from mecheval.tasks.batch import Batch
 from mecheval.tasks.corruption import replace_with_absent
 from mecheval.tasks.document import BOS, EOS, N_SPECIAL, SPECIAL_NAMES, DocumentTask
@@ -25,7 +25,7 @@ class ARParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_pairs: int = Field(16, ge=1, description="key-value pairs per document")
+    n_pairs: int = Field(16, ge=1, le=(MAX_SEQ_LEN - 5) // 2, description="key-value pairs per document")
     n_keys: int = Field(4096, ge=1, description="size of the key vocabulary")
     n_values: int = Field(4096, ge=1, description="size of the value vocabulary")
 

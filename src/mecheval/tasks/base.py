@@ -9,6 +9,7 @@ import torch
 from mecheval.tasks.batch import Batch
 
 SPLITS = ("train", "test")
+MAX_SEQ_LEN = 2**14  # the longest sequence a task's parameters may ask for (refused when validated, not when allocated)
 
 
 class Task(abc.ABC):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mecheval.tasks.base import SPLITS, Task
+from mecheval.tasks.base import MAX_SEQ_LEN, SPLITS, Task
 from mecheval.tasks.batch import Batch
 from mecheval.tasks.corruption import replace_with_absent
 from mecheval.tasks.sampling import distinct, rng_for
@@ -28,7 +28,7 @@ class MQARParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     vocab_size: int = Field(8192, ge=4)
-    seq_len: int = Field(64, ge=4)
+    seq_len: int = Field(64, ge=4, le=MAX_SEQ_LEN)
     n_pairs: int = Field(8, ge=1)
     power_a: float = Field(0.01, gt=0, le=1)
     random_filler: bool = False

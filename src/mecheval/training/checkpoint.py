@@ -12,6 +12,7 @@ and metadata {"format": FORMAT, "state": JSON (step, fingerprint, data stream, w
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from mecheval.common import replacing
 
 FORMAT = "mecheval-checkpoint/1"
+CHECKPOINT_EXTRA_BYTES = 2**20  # a checkpoint's tensors besides the model and AdamW's two moments: RNG states, steps, sums
 
 
 class CheckpointError(RuntimeError):
@@ -39,33 +41,64 @@ def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, metadata) of a safetensors file; CheckpointError if missing or corrupt."""
+    metadata = read_metadata(path)
+    try:
+        return load_file(str(path)), metadata
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The metadata of a safetensors file, from its header alone; CheckpointError if missing or corrupt."""
     try:
         with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-        return load_file(str(path)), metadata
+            return f.metadata() or {}
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
 
 
+def check_header(path: Path, model: torch.nn.Module, prefix: str = "", others_bytes: int = 0) -> None:
+    """Reads only the header of the safetensors file `path`: it must hold `prefix + name` for each tensor of
+    `model`'s state_dict at its shape, and further tensors of at most `others_bytes` together (a checkpoint's
+    optimiser state); CheckpointError naming the missing, unexpected and mis-shaped tensors otherwise, before
+    any data is read (a planted 16 GiB tensor is never loaded)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            dtypes = {k: f.get_slice(k).get_dtype() for k in shapes}
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file not found") from None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    own = {prefix + k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = sorted(set(own) - set(shapes))
+    mismatched = [f"{k}: file {shapes[k]} vs model {own[k]}" for k in sorted(set(own) & set(shapes)) if shapes[k] != own[k]]
+    others = {k: math.prod(s) * _ITEMSIZE.get(dtypes[k], 8) for k, s in shapes.items() if k not in own}
+    largest = sorted(others, key=others.get, reverse=True)[:5]
+    too_much = sum(others.values()) > others_bytes if others_bytes else bool(others)
+    if missing or mismatched or too_much:
+        raise CheckpointError(
+            f"{path}: weights unusable for the model built from the config"
+            + (f"\n  missing: {missing}" if missing else "")
+            + (f"\n  shape mismatch: {mismatched}" if mismatched else "")
+            + (f"\n  unexpected: {largest}{' …' if len(others) > 5 else ''} ({sum(others.values()):,} bytes; "
+               f"at most {others_bytes:,} expected)" if too_much else ""))
+
+
+_ITEMSIZE = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
+             "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}  # bytes per value of a safetensors dtype
+
+
 def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
-    """Copies `tensors` into `model`, with an error listing missing/unexpected/mis-shaped/non-finite entries."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(tensors))
-    unexpected = sorted(set(tensors) - set(own))
-    shapes = [f"{k}: file {tuple(tensors[k].shape)} vs model {tuple(own[k].shape)}"
-              for k in sorted(set(own) & set(tensors)) if tensors[k].shape != own[k].shape]
+    """Copies `tensors` (whose names and shapes `check_header` checked) into `model`; CheckpointError naming
+    non-finite entries."""
     nonfinite = [f"{k} ({int((~torch.isfinite(v)).sum())} values)" for k, v in sorted(tensors.items())
                  if v.is_floating_point() and not torch.isfinite(v).all()]
-    if missing or unexpected or shapes or nonfinite:
-        raise CheckpointError(
-            f"{source}: weights unusable for the model built from the config"
-            + (f"\n  missing: {missing}" if missing else "")
-            + (f"\n  unexpected: {unexpected}" if unexpected else "")
-            + (f"\n  shape mismatch: {shapes}" if shapes else "")
-            + (f"\n  non-finite (a corrupt file?): {nonfinite}" if nonfinite else "")
-        )
+    if nonfinite:
+        raise CheckpointError(f"{source}: weights unusable for the model built from the config\n"
+                              f"  non-finite (a corrupt file?): {nonfinite}")
     model.load_state_dict(tensors)
 
 
@@ -90,7 +123,7 @@ def load_checkpoint(
     path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, fingerprint: str
 ) -> tuple[dict[str, torch.Tensor], dict]:
     """Restores model, optimizer and RNG in place; returns (accum, state). Checks the config fingerprint."""
-    tensors, metadata = read_tensors(path)
+    metadata = read_metadata(path)
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a mecheval checkpoint (format {metadata.get('format')!r})")
     state = json.loads(metadata["state"])
@@ -99,6 +132,9 @@ def load_checkpoint(
             f"{path}: checkpoint was written for a different config "
             f"(fingerprint {state.get('fingerprint')} != {fingerprint})"
         )
+    params = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    check_header(path, model, "model.", others_bytes=2 * params + CHECKPOINT_EXTRA_BYTES)
+    tensors, _ = read_tensors(path)
     groups = _by_prefix(tensors)
     load_weights(model, groups.get("model", {}), path)
     optim_state: dict[int, dict[str, torch.Tensor]] = {}

@@ -12,11 +12,13 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from mecheval.common import Checked, ConfigError, flatten, format_validation_error, set_dotted
+from mecheval.common import Checked, ConfigError, dump_yaml, flatten, format_validation_error, load_yaml, set_dotted
 from mecheval.models.config import AnyModelConfig
+
+
+MAX_BATCH, MAX_EXAMPLES = 2**16, 2**22  # a batch, and a set of examples (eval, a training pool), at most
 
 
 class _Strict(Checked):
@@ -49,10 +51,10 @@ class EvalConfig(_Strict):
     """
 
     every: int = Field(100, gt=0)
-    size: int = Field(320, gt=0)
+    size: int = Field(320, gt=0, le=MAX_EXAMPLES)
     splits: list[str] = Field(default_factory=lambda: ["train", "test"], min_length=1)
     seed: int = Field(1234, ge=0)
-    batch_size: int = Field(512, gt=0)
+    batch_size: int = Field(512, gt=0, le=MAX_BATCH)
 
 
 class EarlyStop(_Strict):
@@ -115,8 +117,8 @@ class TrainConfig(_Strict):
     model: AnyModelConfig  # a zoo LM, or a transformers model (`hf`)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     steps: int = Field(gt=0)
-    batch_size: int = Field(32, gt=0)
-    train_size: int | None = Field(None, gt=0, description="a fixed pool of training examples; None: fresh each step")
+    batch_size: int = Field(32, gt=0, le=MAX_BATCH)
+    train_size: int | None = Field(None, gt=0, le=MAX_EXAMPLES, description="a fixed pool of training examples; None: fresh each step")
     train_order: Literal["shuffle", "replay"] = Field(
         "shuffle", description="the pool's order per epoch: a new permutation, or the same order every epoch (the study's)"
     )
@@ -224,22 +226,18 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r} is not of the form key=value")
-    try:
-        return key.strip(), yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {e}") from None
+    return key.strip(), load_yaml(raw, f"override {text!r}") if raw.strip() else None
 
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    data = load_yaml(text, str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -266,4 +264,4 @@ def load_config(path: str | Path | None, sets: list[str] = (), trained: bool = F
 
 def dump_config(cfg: TrainConfig) -> str:
     """The full resolved config as YAML (reloads to an equal TrainConfig)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    return dump_yaml(cfg.model_dump(mode="json"))

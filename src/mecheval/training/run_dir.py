@@ -20,12 +20,11 @@ import json
 from pathlib import Path
 
 import torch
-import yaml
 
-from mecheval.common import atomic_write_bytes, atomic_write_text
-from mecheval.training.checkpoint import CheckpointError, load_weights, read_tensors
+from mecheval.common import NUMBER, atomic_write_bytes, atomic_write_text, read_json_object
+from mecheval.training.checkpoint import CheckpointError, check_header, load_weights, read_metadata, read_tensors
 from mecheval.plugins import is_import_path
-from mecheval.training.config import ConfigError, TrainConfig, as_trained, read_yaml, validate_config
+from mecheval.training.config import ConfigError, TrainConfig, as_trained, dump_config, read_yaml, validate_config
 
 CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
     "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
@@ -83,16 +82,17 @@ class RunDir:
         return validate_config(data, source=str(self.path / CONFIG)).model_dump(mode="json")
 
     def write_config(self, cfg: TrainConfig) -> None:
-        atomic_write_text(self.path / CONFIG, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), self.path)
+        atomic_write_text(self.path / CONFIG, dump_config(cfg), self.path)
 
     def read_summary(self) -> dict:
+        """summary.json, checked (`final`: per split, its numbers); ConfigError naming the file otherwise."""
         path = self.path / SUMMARY
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(summary, dict):
-            raise ConfigError(f"{path}: expected a JSON object, got {type(summary).__name__}")
+        summary = read_json_object(path, {}, optional={"final": dict, "steps": int, "fingerprint": str})
+        for split, scores in summary.get("final", {}).items():
+            bad = [k for k, v in scores.items() if not isinstance(v, NUMBER) or isinstance(v, bool)] \
+                if isinstance(scores, dict) else [split]
+            if bad:
+                raise ConfigError(f"{path}: field 'final.{split}' holds {scores!r}, expected numbers (acc, loss)")
         return summary
 
     def write_summary(self, summary: dict) -> None:
@@ -148,11 +148,12 @@ class RunDir:
 
 
 def _load_checked(lm, path: Path, fingerprint: str, config: Path) -> None:
-    """Loads weights into `lm` if the file was written by the run of `fingerprint`, else CheckpointError."""
-    tensors, metadata = read_tensors(path)
-    if metadata.get("fingerprint") != fingerprint:
+    """Loads weights into `lm` if the file was written by the run of `fingerprint` and holds `lm`'s tensors
+    (`check_header`, before any is read), else CheckpointError."""
+    if read_metadata(path).get("fingerprint") != fingerprint:
         raise CheckpointError(f"{path}: written by a run with a different config than {config}")
-    load_weights(lm, tensors, path)
+    check_header(path, lm)
+    load_weights(lm, read_tensors(path)[0], path)
 
 
 def load_snapshot(lm, run_dir: str | Path, step: int) -> None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mecheval.tasks.atr.pcfg import GRAMMARS, Forest, build_grammar, concat, derive, take
 from mecheval.tasks.atr.queries import choose_queries, heldout
 from mecheval.tasks.atr.tree import DependencyTree
+from mecheval.tasks.base import MAX_SEQ_LEN
 from mecheval.tasks.batch import Batch
 from mecheval.tasks.corruption import replace_at, role_position
 from mecheval.tasks.document import BOS, EOS, N_SPECIAL, PAD, SPECIAL_NAMES, DocumentTask
@@ -56,7 +57,7 @@ class ATRParams(BaseModel):
     grammar: Literal["easy", "medium", "large_vocab"] = "easy"
     grammar_seed: int | None = Field(None, ge=0, description="None: the preset's calibrated seed")
     holdout_frac: float = Field(0.0, ge=0.0, lt=1.0, description="share of (query, target) pairs held out")
-    max_length: int = Field(1024, ge=MIN_TERMINALS, description="longest context (terminals); longer ones are redrawn")
+    max_length: int = Field(1024, ge=MIN_TERMINALS, le=MAX_SEQ_LEN, description="longest context (terminals); longer ones are redrawn")
 
 
 class ATRTask(DocumentTask):
