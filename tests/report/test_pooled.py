@@ -103,15 +103,19 @@ def test_a_pooled_block_that_cannot_be_filled_names_the_page(tmp_path, block, me
         generate(root)
 
 
-def test_the_findings_table_reads_each_pool_beside_its_studies(tmp_path):
-    """The README's findings block gets one row per pool of the pages: every seed of its studies at once
-    (3 seeds of Mamba without its conv), where each study alone holds one or two."""
+def test_the_findings_table_reads_each_finding_on_its_pool(tmp_path):
+    """The README's findings block reads each finding once, on the pool of the pages: every seed of its studies at
+    once (3 seeds of Mamba without its conv, where each study alone holds one or two); the checks block lists each
+    study's reading and the pool's, one line each."""
     root = _tree(tmp_path, "pooled name=twist task=atr scale=paper-d64")
-    (root / "README.md").write_text("# Readme\n\n<!-- generated: findings -->\n<!-- end generated -->\n")
-    text = generate(root)[Path("README.md")]
-    row = next(line for line in text.splitlines() if line.startswith("| Without its short convolution, Mamba learns induction"))
-    assert row.split("|")[-2].count("<br>") == len(NOCONV)  # the link column: one line per study, one for the pool
-    assert "paper-d64 (pooled)" in row and "[twist](docs/page.md#pooled-twist)" in row and "3 (0, 1, 2)" in row
+    (root / "README.md").write_text("# Readme\n\n<!-- generated: findings -->\n<!-- end generated -->\n\n"
+                                    "<!-- generated: checks -->\n<!-- end generated -->\n")
+    findings, checks = generate(root)[Path("README.md")].split("<!-- generated: checks -->")
+    claim = "Without its short convolution, Mamba learns induction"
+    row = next(line for line in findings.splitlines() if claim in line)
+    assert "<br>" not in row and "3 (0, 1, 2)" in row and "[twist](docs/page.md#pooled-twist)" in row
+    lines = [line for line in checks.splitlines() if claim in line]
+    assert len(lines) == len(NOCONV) + 1 and "paper-d64 (pooled)" in lines[-1]
     assert '<a id="pooled-twist"></a>' in generate(root)[Path("docs/page.md")]
 
 

@@ -116,12 +116,14 @@ class Finding:
 
     def check(self, df: pd.DataFrame) -> Outcome:
         """The outcome over every span `check_each` reads apart: the worst of those where the finding ran, each
-        such span a part (its words: status, parts and seeds); the evidence of every span."""
+        such span a part (its words: status, parts and seeds) and its evidence (every span's where the claim
+        leaves out widths: `where_learned`)."""
         each = self.check_each(df)
         ran = {g: o for g, o in each.items() if o.status != NOT_RUN}
         if len(each) == 1 or not ran:
             return next(iter(each.values()))
-        evidence = "; ".join(f"{g}: {o.evidence}" for g, o in each.items())  # a span not run says why (left out)
+        shown = each if self.where_learned else ran  # a claim of high accuracy says which widths it left out, and why
+        evidence = "; ".join(f"{g}: {o.evidence}" for g, o in shown.items())
         return Outcome(worst(o.status for o in ran.values()), evidence, {g: o.words() for g, o in ran.items()})
 
     def check_rows(self, df: pd.DataFrame) -> Outcome:
