@@ -123,8 +123,9 @@ VERDICT_RULES = 4
 VERDICT = "verdict.json"
 SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
 NUMBER = (int, float)
-READ_SETTINGS = {"n_examples": "n", "seed": "seed", "split": "split"}  # verdict.json: the examples a readout was
-# asked for, each field by the argument that set it
+READ_SETTINGS = {"n_examples": "n", "read_seed": "seed", "split": "split"}  # verdict.json: the examples a readout
+# was asked for, each field by the argument that set it (`read_seed`, not `seed`: a study's table joins verdict fields
+# to the run's config, whose `seed` is the training seed)
 PROMPT_FIELDS = (*READ_SETTINGS, "prompts", "seen_share", "n_drawn", "acc_all_prompts", "acc_all_prompts_lo",
                  "acc_all_prompts_hi", "n_all_prompts")  # verdict.json: which prompts were read (`prompts_read`)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
