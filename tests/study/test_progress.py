@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from mecheval.study import progress
@@ -42,3 +43,17 @@ def test_a_torn_last_line_reads_the_record_before_it(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 5}\n{"step": 6, "lo')
     assert last_step(tmp_path) == 5
     assert last_step(tmp_path / "missing") is None
+
+
+def test_a_run_first_seen_mid_way_counts_its_rate_from_there(tmp_path, monkeypatch, capsys):
+    """A run's first look finds it at step 40 after an instant: its bar (and a resumed study's) must not read
+    40 steps in ~0 s as millions of steps per second; the rate counts from the step first seen."""
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    _runs(tmp_path, [("a", [10, 20, 30, 40], False)])
+    with training_bars(tmp_path, {"a": 2000}):
+        time.sleep(0.1)
+        with (tmp_path / "runs" / "a" / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps({"step": 50}) + "\n")  # 10 steps in >= 0.1 s: at most ~100 steps/s
+        time.sleep(0.1)
+    rates = [float(r) for r in re.findall(r"([\d.]+)step/s", capsys.readouterr().err)]
+    assert rates and max(rates) < 1000

@@ -54,7 +54,8 @@ def training_bars(out: Path, planned: dict[str, int], quiet: bool = False) -> It
     every run (`planned`: name -> steps), so that its rate and ETA count steps, with the runs finished in its
     postfix; and one bar per run training now, at its step. Yields the callback to call once per finished run."""
     finished = [0]
-    with tqdm(total=sum(planned.values()), desc="train", unit="step", disable=quiet, dynamic_ncols=True) as bar:
+    resumed = sum(s or 0 for s in steps_done(out, planned).values())  # steps a resumed study had trained: not its rate
+    with tqdm(total=sum(planned.values()), initial=resumed, desc="train", unit="step", disable=quiet, dynamic_ncols=True) as bar:
         runs: dict[str, tqdm] = {}  # the bars of the runs training now
 
         def refresh() -> None:
@@ -65,8 +66,8 @@ def training_bars(out: Path, planned: dict[str, int], quiet: bool = False) -> It
             for name, step in steps.items():
                 training = step is not None and step < planned[name]
                 if training and name not in runs:
-                    runs[name] = tqdm(total=planned[name], desc=name, unit="step", leave=False,
-                                      position=len(runs) + 1, dynamic_ncols=True)
+                    runs[name] = tqdm(total=planned[name], initial=step, desc=name, unit="step", leave=False,
+                                      position=len(runs) + 1, dynamic_ncols=True)  # its rate counts from here
                 if name in runs:
                     runs[name].n = step
                     runs[name].refresh()
