@@ -57,14 +57,14 @@ def ssd(x, Bm, Cm, log_a, chunk_size: int = 64):
     c = log_a.cumsum(2)  # [B, nc, L, H], within each chunk
     later = ~torch.ones(L, L, dtype=torch.bool, device=x.device).tril()  # s > t
     decay = (c[:, :, :, None] - c[:, :, None, :]).masked_fill(later[..., None], float("-inf")).exp()  # [B, nc, t, s, H]
-    scores = torch.einsum("bcthn,bcshnr->bctshr", Cm, Bm)  # C_t · B_s^r
-    y = torch.einsum("bctsh,bctshr,bcshpr->bcthp", decay, scores, x)  # within the chunk
+    scores = torch.einsum("bcthn,bcshnr->bctshr", Cm, Bm) * decay[..., None]  # exp(c_t − c_s) C_t · B_s^r
+    y = torch.einsum("bctshr,bcshpr->bcthp", scores, x)  # within the chunk
     to_end = (c[:, :, -1:] - c).exp()  # [B, nc, L, H]: the decay from s to the chunk's end
-    own = torch.einsum("bcsh,bcshpr,bcshnr->bchpn", to_end, x, Bm)  # each chunk's inputs at its end
+    own = torch.einsum("bcshpr,bcshnr->bchpn", x * to_end[..., None, None], Bm)  # each chunk's inputs at its end
     a_chunk = c[:, :, -1].exp()[..., None, None].expand_as(own)  # [B, nc, H, P, N]
     h_end = linear_scan(a_chunk, own, dim=1)  # the state at each chunk's end
     h_in = F.pad(h_end[:, :-1], (0, 0, 0, 0, 0, 0, 1, 0))  # the state entering each chunk
-    y = y + torch.einsum("bcth,bchpn,bcthn->bcthp", c.exp(), h_in, Cm)
+    y = y + torch.einsum("bchpn,bcthn->bcthp", h_in, Cm * c.exp()[..., None])  # the state entering, decayed to t
     return y.reshape(Bsz, nc * L, H, P)[:, :T]
 
 
