@@ -34,6 +34,9 @@ KINDs:
     prompts     per scale and task, the share of test prompts seen in training, and accuracy on all prompts
                 beside accuracy on the unseen ones the readouts read (verdict.json)
     pointers    every learned run whose query carries part of the effect, with its pointer control
+    modern      per study chosen as `studies` does (`study=DIR`): each architecture's accuracy, verdicts' shares and
+                where key and value meet, and Mamba-3's answer: does its two-token term play the conv's role
+                (`modern.py`)
 
 Studies are selected by `study=DIR`, or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
 `write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv, per
@@ -61,6 +64,7 @@ from mecheval.report.compare import heldout_cells, published_accuracy, published
 from mecheval.report.decide import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE, compare_accuracy
 from mecheval.report.findings import ACCURACY, FINDINGS, MECHANISM, Finding, Outcome, checked, conv_evidence, finding_row
 from mecheval.report.markup import md_code, md_text, slug
+from mecheval.report.modern import modern_rows, two_token_answer
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
 from mecheval.report.rates import committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
 from mecheval.report.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
@@ -569,6 +573,18 @@ def study_section(root: Path, study: Path, page: Path) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
+    """Per chosen study: `modern.modern_rows` and, where Mamba-3 ran, `modern.two_token_answer`'s sentence."""
+    out = []
+    for study in _chosen(root, "modern", args, page):
+        df = _table(str(root / study))
+        best = df[df["best_lr"]]
+        out += [f"{md_code(study)}:", "", _markdown(modern_rows(summarise(df), best)), ""]
+        if (best["arch"] == "mamba3").any():
+            out += [two_token_answer(best)[1], ""]
+    return "\n".join(out)
+
+
 def studies_block(root: Path, args: dict[str, str], page: Path) -> str:
     return "\n".join(study_section(root, s, page) for s in _chosen(root, "studies", args, page))
 
@@ -824,9 +840,11 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = _markdown(pointer_rows(root))
     elif kind == "figure":
         body = figure_block(root, args, page)
+    elif kind == "modern":
+        body = modern_block(root, args, page)
     else:
         raise PageError(f"{page}: unknown generated block '{kind}' (findings, checks, measured, studies, published, figure, widths, pooled, "
-                        "costs, rounding, rates, coverage, prompts, pointers)")
+                        "costs, rounding, rates, coverage, prompts, pointers, modern)")
     return body.rstrip() + "\n"
 
 

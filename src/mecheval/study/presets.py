@@ -241,8 +241,8 @@ STUDIES: dict[str, Study] = {
     for s in [
         Study(
             name="quick",
-            cpu_measured="13.2 min with the install on 2 idle CPU cores, fresh clone (2026-12-05: 9.4 min training, "
-                         "3 min readouts and report); seeds 3, 4, 5: 11.5 min",
+            cpu_measured="8.2 min with the install on 2 idle CPU cores, fresh clone (2026-12-05, `make run`: 5.8 min "
+                         "training, 1.5 min readouts and report)",
             description="Attention vs Mamba vs Mamba without its short convolution on AR (the README's study).",
             cpu_drops="one width (64), 2,000 steps of batch 128 for both Mambas and up to 3,000 for attention (test "
                       "accuracy every 250), AR with 8 pairs over 64+64 tokens, attention at lr 3e-3 and both Mambas at 1e-2 (their published best d = 64 rate; at 3e-3 Mamba is near chance on 8 "

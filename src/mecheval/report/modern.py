@@ -1,0 +1,93 @@
+"""Today's mixers on AR (the `modern` study): per architecture and short conv, accuracy over seeds, the verdicts'
+shares, where key and value meet, and Mamba-3's question: does its two-token term play the short conv's role?
+
+Where key and value meet, per learned run (`meeting_words`):
+    short conv   the conv-window cell restoring most and the accuracy with that layer's taps of lag >= 1 zeroed
+                 (`findings.conv_evidence`, as for Mamba)
+    two-token    Mamba-3's previous-token term zeroed in every layer (`interventions.two_token`)
+The answer (`two_token_answer`), over the learned seeds of Mamba-3 without a conv: the multi-bootstrap interval of
+the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays the conv's role (it binds
+key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads Mamba's conv taps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from mecheval.common import read_table
+from mecheval.interventions.two_token import TWO_TOKEN
+from mecheval.interventions.verdict import NOT_LEARNED
+from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below, multi_bootstrap
+from mecheval.report.findings import conv_evidence
+
+TWO_TOKEN_COLUMNS = ("layers", "acc", "acc_lo", "acc_hi", "n")
+PLAYS, DOES_NOT = "plays the conv's role", "does not play the conv's role"
+
+
+def two_token_read(run_dir: str | Path) -> dict | None:
+    """A run's two_token.parquet: the accuracy unablated and with the term zeroed in every layer (its interval and
+    n); None where the analysis was not run or the model has no two-token term."""
+    path = Path(run_dir) / TWO_TOKEN
+    if not path.exists():
+        return None
+    table = read_table(path, TWO_TOKEN_COLUMNS).set_index("layers")
+    if len(table) < 2:
+        return None
+    every = max(table.index.drop("none"), key=lambda layers: layers.count("+"))  # "0+1": all layers at once
+    cut = table.loc[every]
+    return {"acc": float(table.loc["none", "acc"]), "cut_acc": float(cut["acc"]), "cut_lo": float(cut["acc_lo"]),
+            "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every}
+
+
+def meeting_words(run_dir: str) -> str:
+    """Where key and value meet in one learned run, in words with its numbers; `–` where no analysis says."""
+    conv = conv_evidence(run_dir)
+    if conv is not None:
+        return (f"short conv of layer {conv['layer']} (key+{conv['offset']} restores {conv['attrib']:.2f}; lagged "
+                f"taps zeroed: {conv['acc']:.2f} → {conv['cut_acc']:.2f})")
+    two = two_token_read(run_dir)
+    if two is not None:
+        return f"two-token term zeroed in layers {two['layers']}: {two['acc']:.2f} → {two['cut_acc']:.2f}"
+    return "–"
+
+
+def learned(best: pd.DataFrame) -> pd.DataFrame:
+    """The best-learning-rate runs that learned (an intervened run whose verdict is not `not learned`)."""
+    return best[best["verdict"].notna() & (best["verdict"] != NOT_LEARNED)]
+
+
+def two_token_answer(best: pd.DataFrame, arch: str = "mamba3") -> tuple[str, str]:
+    """(status, sentence): does `arch`'s two-token term play the short conv's role (module docstring)? Decided over
+    its learned best-learning-rate runs; status PLAYS, DOES_NOT or INCONCLUSIVE."""
+    runs = best[best["arch"] == arch]
+    reads = [(r["seed"], two_token_read(r["run_dir"])) for _, r in learned(runs).iterrows()]
+    reads = [(seed, read) for seed, read in reads if read is not None]
+    if not reads:
+        return INCONCLUSIVE, (f"{arch}: no learned run with the two-token analysis ({len(runs)} run(s) at the best "
+                              "learning rate): the question is open.")
+    cut = [read["cut_acc"] for _, read in reads]
+    lo, hi = (multi_bootstrap(cut, [r["cut_lo"] for _, r in reads], [r["cut_hi"] for _, r in reads],
+                              [r["cut_n"] for _, r in reads]) if len(reads) > 1 else (reads[0][1]["cut_lo"], reads[0][1]["cut_hi"]))
+    mean, base = sum(cut) / len(cut), sum(r["acc"] for _, r in reads) / len(reads)
+    status = PLAYS if below(lo, hi, POOR_ACC) else DOES_NOT if above(lo, hi, HIGH_ACC) else INCONCLUSIVE
+    seeds = ", ".join(str(int(s)) for s, _ in reads)
+    rule = (f"below {POOR_ACC:g} it plays the conv's role, at or above {HIGH_ACC:g} it does not, by the interval "
+            "over seeds and examples (multi-bootstrap)")
+    return status, (f"{arch}: zeroing the two-token term in every layer takes accuracy from {base:.2f} to "
+                    f"{mean:.2f} [{lo:.2f}, {hi:.2f}] over its {len(reads)} learned seed{'s' if len(reads) > 1 else ''} "
+                    f"({seeds}; of {len(runs)}): the term **{status}** ({rule}).")
+
+
+def modern_rows(summary: pd.DataFrame, best: pd.DataFrame) -> list[dict]:
+    """One row per architecture (`build.summarise`'s rows, best learning rate): its conv, seeds, accuracy with
+    its interval, the verdicts' shares, and where key and value meet in each learned seed."""
+    rows = []
+    for _, r in summary.iterrows():
+        runs = learned(best[best["arch"] == r["arch"]]).sort_values("seed")
+        meet = "; ".join(f"seed {int(x['seed'])}: {meeting_words(x['run_dir'])}" for _, x in runs.iterrows())
+        rows.append({"architecture": r["arch"], "lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"],
+                     "accuracy [95%]": f"{r['acc_outside']:.2f} [{r['acc_outside_lo']:.2f}, {r['acc_outside_hi']:.2f}]",
+                     "verdicts": r["verdicts"], "where key and value meet": meet or "–"})
+    return rows
