@@ -97,26 +97,31 @@ def test_intervene_verifies_the_top_cells(sweep):
     assert bad.exit_code == 2 and "--verify" in bad.output and not (run / "interventions.parquet").exists()
 
 
-def test_a_run_that_did_not_learn_shows_no_attributions(tmp_path, ar_task, monkeypatch):
-    """An untrained model's verdict is `not learned`; its attributions (ratios of differences near 0) are noise,
-    printed `–` as the reports print them, never as numbers beside the label."""
+def _intervene_untrained(tmp_path, ar_task, monkeypatch, preset, *args):
+    """`mecheval intervene RUN *args` on an untrained `preset` model standing in for a run: (RUN, the CLI result)."""
     import torch
 
     from mecheval.models import build_model
     from tests.models.conftest import make_config
 
-    run = tmp_path / "untrained"
+    run = tmp_path / preset
     run.mkdir()
     (run / "config.yaml").write_text("model: untrained\n")
     (run / "model.safetensors").write_bytes(b"")
     seq_len = ar_task.sample(1, seed=0).tokens.shape[1]
     torch.manual_seed(0)
-    lm = build_model(make_config("attention", vocab_size=ar_task.vocab_size, max_len=seq_len))
+    lm = build_model(make_config(preset, vocab_size=ar_task.vocab_size, max_len=seq_len))
     monkeypatch.setattr("mecheval.training.run_dir.load_run", lambda run_dir: (lm, ar_task, None))
     app = typer.Typer()
     intervene.register(app)
     app.command("other")(lambda: None)
-    result = CliRunner().invoke(app, ["intervene", str(run), "--n", "64", "--sites", "resid_pre"], terminal_width=200)
+    return run, CliRunner().invoke(app, ["intervene", str(run), *args], terminal_width=200)
+
+
+def test_a_run_that_did_not_learn_shows_no_attributions(tmp_path, ar_task, monkeypatch):
+    """An untrained model's verdict is `not learned`; its attributions (ratios of differences near 0) are noise,
+    printed `–` as the reports print them, never as numbers beside the label."""
+    run, result = _intervene_untrained(tmp_path, ar_task, monkeypatch, "attention", "--n", "64", "--sites", "resid_pre")
     assert result.exit_code == 0, result.output
     verdict = json.loads((run / "verdict.json").read_text())
     assert verdict["verdict"] == "not learned"
@@ -148,23 +153,8 @@ def test_an_analysis_the_model_cannot_have_says_so_in_one_line(sweep):
 
 def test_the_two_token_analysis_zeroes_mamba3s_previous_token_term_per_layer(tmp_path, ar_task, monkeypatch):
     """--analysis two-token on a Mamba-3 (no short conv): accuracy with the term zeroed in no layer, both, and each."""
-    import torch
-
-    from mecheval.models import build_model
-    from tests.models.conftest import make_config
-
-    run = tmp_path / "mamba3"
-    run.mkdir()
-    (run / "config.yaml").write_text("model: untrained\n")
-    (run / "model.safetensors").write_bytes(b"")
-    seq_len = ar_task.sample(1, seed=0).tokens.shape[1]
-    torch.manual_seed(0)
-    lm = build_model(make_config("mamba3", vocab_size=ar_task.vocab_size, max_len=seq_len))
-    monkeypatch.setattr("mecheval.training.run_dir.load_run", lambda run_dir: (lm, ar_task, None))
-    app = typer.Typer()
-    intervene.register(app)
-    app.command("other")(lambda: None)
-    result = CliRunner().invoke(app, ["intervene", str(run), "--n", "32", "--sites", "resid_pre", "--analysis", "two-token"])
+    run, result = _intervene_untrained(tmp_path, ar_task, monkeypatch, "mamba3", "--n", "32", "--sites", "resid_pre",
+                                       "--analysis", "two-token")
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(run / "two_token.parquet")
     assert list(table["layers"]) == ["none", "0+1", "0", "1"] and (table["n"] > 0).all()
