@@ -126,3 +126,5 @@ def test_checks_are_one_line_each_and_kept_to_their_scale(tmp_path):
     block = generate(root)[Path("docs/page.md")]
     assert "<br>" not in block and block.count("| cpu |") == 4  # one line per finding the study checks
     assert "| cpu |" not in generate(_tree(tmp_path / "b", "checks scale=paper-d*")).get(Path("docs/page.md"), "")
+    assert "| cpu |" not in generate(_tree(tmp_path / "c", "checks scale=cpu name=quick-main*")).get(Path("docs/page.md"), "")
+    assert generate(_tree(tmp_path / "d", "checks scale=cpu name=qu*"))[Path("docs/page.md")].count("| cpu |") == 4

@@ -10,7 +10,8 @@ KINDs:
     findings    one row per published finding, read at the published scale (`scale=GLOB`, paper-d* by default)
                 on the pool of the pages (below) holding most of its runs: the outcome, accuracy and
                 mechanism apart, seeds, rates, examples, what does not reproduce; a sentence counting them
-    checks      every check of every finding by each study of `scale=GLOB` and each pool, one line each
+    checks      every check of every finding by each study of `scale=GLOB` (and `name=GLOB`) and each pool holding
+                one, one line each
     measured    the time a named study (`study=NAME`) took, as its preset states it
     studies     every study under results/ whose task and scale match (`task=ar scale=cpu`; `study=DIR`
                 for one): what it ran, the findings it checks, one row per run, where the association
@@ -173,11 +174,12 @@ def _examples(df: pd.DataFrame) -> str:
     return "–" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
 
 
-def findings_rows(root: Path, page: Path, index: dict[Path, Path], scale: str = "*") -> list[dict]:
+def findings_rows(root: Path, page: Path, index: dict[Path, Path], scale: str = "*", name: str = "*") -> list[dict]:
     """One row per check of a published finding (in `FINDINGS` order) by a committed study of a scale matching
-    `scale` (a glob: `cpu`, `paper-d*`): per study that checks it, on its best-learning-rate runs as its report
-    reads them, then per pooled block of the pages (its studies read as one, every seed at the pool's best rate):
-    our outcome, the seeds, the intervention examples per run, the scale and a link."""
+    `scale` and a name matching `name` (globs: `cpu`, `paper-d*`; `quick-main*`): per study that checks it, on its
+    best-learning-rate runs as its report reads them, then per pooled block of the pages holding such a study (its
+    studies read as one, every seed at the pool's best rate): our outcome, the seeds, the intervention examples per
+    run, the scale and a link."""
     checks: list[tuple[int, str, int, dict]] = []  # (the finding's place in FINDINGS, claim, order of the check, row)
 
     def check(fids: list[str], best: pd.DataFrame, scale: str, link: str) -> None:
@@ -190,18 +192,23 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path], scale: str = 
 
     for study in studies(root):
         meta = study_meta(root / study)
-        if meta.get("findings") and fnmatch.fnmatchcase(study.parent.name, scale):
+        if meta.get("findings") and _named(study, scale, name):
             df = _table(str(root / study))
             check(meta["findings"], best_runs(df), md_text(study.parent.name), _link(root, page, study, index))
     for pool_page, args in pooled_specs(root):  # the pages' pools: several studies' seeds read as one
         chosen, df = _pooled(root, args, pool_page)
-        if not any(fnmatch.fnmatchcase(s.parent.name, scale) for s in chosen):
+        if not any(_named(s, scale, name) for s in chosen):
             continue
         name = _pool_name(args, pool_page)
         rel = os.path.relpath(pool_page, page.parent).replace(os.sep, "/")
         scales = ", ".join(sorted({s.parent.name for s in chosen}))
         check(_pool_findings(root, chosen), best_runs(df), f"{scales} (pooled)", f"[{name}]({rel}#{POOL_ANCHOR}{name})")
     return [row for *_, row in sorted(checks, key=lambda c: c[:3])]
+
+
+def _named(study: Path, scale: str, name: str) -> bool:
+    """Is results/SCALE/NAME of a scale matching `scale` and a name matching `name` (globs)?"""
+    return fnmatch.fnmatchcase(study.parent.name, scale) and fnmatch.fnmatchcase(study.name, name)
 
 
 def headline_rows(root: Path, page: Path, scale: str = PUBLISHED_SCALES) -> list[dict]:
@@ -812,7 +819,7 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         rows = headline_rows(root, page, scale)
         body = headline_summary(rows, scale) + "\n\n" + _markdown(rows)
     elif kind == "checks":
-        rows = findings_rows(root, page, index, args.get("scale", "*"))
+        rows = findings_rows(root, page, index, args.get("scale", "*"), args.get("name", "*"))
         body = _markdown(rows)
         if any(EARLIER_RULES in r["ours"] for r in rows):
             body += f"\n\n{EARLIER_RULES} Some of the verdicts behind the outcome were {EARLIER_NOTE}"
