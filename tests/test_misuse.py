@@ -21,7 +21,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mecheval.cli import app
-from mecheval.sweeps import SweepConfig, collect, expand, run_sweep
+from mecheval.sweeps import SweepConfig, collect, expand, load_sweep, run_sweep
 from mecheval.sweeps.executors import RunFailed, check_reachable, run_one
 from mecheval.sweeps.runner import SpecChangedError
 from mecheval.training import ConfigError, RunDir, RunExistsError, load_run, train, validate_config
@@ -352,7 +352,9 @@ def config_file(path: Path, config: dict) -> Path:
 def test_out_being_a_file_is_one_line(tmp_path, tiny_run):
     (tmp_path / "file").write_text("mine")
     spec = write_spec(tmp_path / "sweep.yaml", tiny_run)
-    assert "is a file" in one_error_line(cli("sweep", spec, "--out", tmp_path / "file"))
+    assert "--out is a file" in one_error_line(cli("sweep", spec, "--out", tmp_path / "file"))
+    with pytest.raises(NotADirectoryError, match="`out` is a file"):  # from Python: the argument, not the flag
+        run_sweep(load_sweep(spec), tmp_path / "file")
     assert "is a file" in one_error_line(cli("train", config_file(tmp_path / "c.yaml", tiny_run), "--out", tmp_path / "file"))
     assert (tmp_path / "file").read_text() == "mine"
 

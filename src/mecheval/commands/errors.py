@@ -1,5 +1,6 @@
 """Every command's errors as one clear line on stderr and a non-zero exit, never a traceback
-(`mecheval --debug …` shows it). Ctrl-C exits 130 with what was stopped and how to resume."""
+(`mecheval --debug …` shows it), the library's Python arguments named by their flags (`flags.COMMON`).
+Ctrl-C exits 130 with what was stopped and how to resume."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 import typer
 
+from mecheval.commands.flags import COMMON, in_flags
 from mecheval.common import describe
 
 DEBUG = {"on": False}  # set by `mecheval --debug`
@@ -37,7 +39,7 @@ def guard(command: Callable) -> Callable:
             if DEBUG["on"]:
                 traceback.print_exc()
             hint = "" if DEBUG["on"] else "  (mecheval --debug … shows the traceback)"
-            typer.echo(f"error: {describe(e)}{hint}", err=True)
+            typer.echo(f"error: {in_flags(describe(e), COMMON)}{hint}", err=True)
             raise typer.Exit(1) from None
 
     return wrapped

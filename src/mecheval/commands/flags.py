@@ -11,3 +11,7 @@ def in_flags(error: Exception | str, flags: dict[str, str]) -> str:
     for python, flag in flags.items():
         message = message.replace(python, flag)
     return message
+
+
+# the Python arguments every command names by the same flag (a command maps its own others, e.g. `run_dir`)
+COMMON = {"`new=True`": "--new", "`resume=True`": "--resume", "`replace=True`": "--replace", "`out`": "--out"}

@@ -23,6 +23,7 @@ def sweep(
     A run already in --out is skipped or resumed only if its config is the sweep's; Ctrl-C stops
     the sweep (running runs save a checkpoint) and running it again resumes.
     """
+    from mecheval.commands.flags import COMMON, in_flags
     from mecheval.sweeps import expand, load_sweep, run_sweep
     from mecheval.sweeps.runner import EXECUTORS
     from mecheval.training import ConfigError
@@ -50,7 +51,7 @@ def sweep(
     try:
         outcomes = run_sweep(spec_cfg, out, executor, workers, address, on_outcome=report, new=new)
     except ConfigError as e:  # a changed spec, or a model that cannot be built
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {in_flags(e, COMMON)}", err=True)
         raise typer.Exit(2) from None
     skipped = sum(o.skipped for o in outcomes)
     failed = [o.name for o in outcomes if o.error]

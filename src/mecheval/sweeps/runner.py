@@ -57,7 +57,7 @@ def run_sweep(
         raise ConfigError(f"unknown executor {executor!r}; known: {', '.join(EXECUTORS)}")
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"{out}: --out is a file, not a sweep directory")
+        raise NotADirectoryError(f"{out}: `out` is a file, not a sweep directory")
     runs = expand(sweep)
     check_models(runs)
     with DirLock(out, "sweep directory"):
@@ -94,8 +94,8 @@ def run_sweep(
 
 
 def _describe_changes(out: Path, changed: dict[str, list[str]], shown: int = 3) -> str:
-    lines = [f"{out}: {len(changed)} run(s) here were made with a different spec; pass --new to restart them afresh "
-             f"(their results are deleted), or choose another --out"]
+    lines = [f"{out}: {len(changed)} run(s) here were made with a different spec; pass `new=True` to restart them "
+             f"afresh (their results are deleted), or choose another `out`"]
     for name, diff in list(changed.items())[:shown]:
         lines.append(f"  {name}: " + "; ".join(diff))
     if len(changed) > shown:
