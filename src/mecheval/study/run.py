@@ -85,7 +85,7 @@ def run_study(
                 if not has_valid_verdict(out_dir):  # missing, or left empty or invalid: recomputed
                     todo.append((run_dir, split))
                 elif (n := read_verdict_file(out_dir).get("n_all", n_examples)) != n_examples:  # an earlier call's --n
-                    tqdm.write(f"reading {out_dir} again: read on {n} examples, this call's --n is {n_examples}",
+                    tqdm.write(f"reading {out_dir} again: read on {n} examples, this call asks for {n_examples}",
                                file=sys.stderr)
                     todo.append((run_dir, split))
                 elif not verdict_is_current(out_dir):  # decided by earlier rules: decided anew, patched again where needed
