@@ -211,3 +211,20 @@ def test_a_conv_window_with_nothing_to_attribute_has_no_best_cell():
                            "direction": "sufficiency", "attrib": float("nan")})
     assert best_cell(window) is None and best_cell(window, layer=0) is None
     assert best_cell(window.assign(attrib=[0.1, float("nan"), 0.3]))["offset"] == 2
+
+
+def test_a_run_whose_clean_and_corrupt_agree_has_undefined_intervals_and_no_warning():
+    """A run that did not learn: clean = corrupt on every example, so each resample's attribution is 0/0 or x/0;
+    its interval is undefined (nan or inf), computed without numpy's `invalid value` warning reaching the user."""
+    import warnings
+
+    import numpy as np
+
+    from mecheval.interventions.metrics import bootstrap_attribution
+
+    p = np.full(64, 0.125)
+    patched = np.stack([p, p + np.linspace(-0.01, 0.01, 64)])  # [C = 2, B]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = bootstrap_attribution(patched, p, p)
+    assert lo.shape == hi.shape == (2,) and not np.isfinite(lo).any() | np.isfinite(hi).any()

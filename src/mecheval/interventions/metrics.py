@@ -11,6 +11,8 @@ The same formulas apply to the answer's logit (`logit_attrib`).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.stats import binomtest
 
@@ -45,7 +47,11 @@ def bootstrap_attribution(
     w = np.random.default_rng(seed).multinomial(B, np.full(B, 1.0 / B), size=n_boot) / B  # [n_boot, B]
     boot = attribution(p_patched @ w.T, w @ p_clean, w @ p_corrupt, direction)  # [C, n_boot]
     alpha = (1 - level) / 2
-    lo, hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=1) if boot.size else (np.empty(0), np.empty(0))
+    # a run that did not learn has resamples whose gap is 0: 0/0 (nan, all-nan cells) or x/0 (±inf, inf − inf);
+    # their interval is undefined (nan or inf, as the reports read it), without numpy's warnings
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=1) if boot.size else (np.empty(0), np.empty(0))
     return lo, hi
 
 
