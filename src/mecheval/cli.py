@@ -49,7 +49,8 @@ def options(
 
 
 # Each module defines `register(app)` and adds its commands; listed in the order of the data flow.
-COMMAND_MODULES = ["data", "train", "sweep", "runs", "intervene", "study", "relabel", "report", "pages", "check_mixer"]
+COMMAND_MODULES = ["data", "train", "reproduce", "sweep", "runs", "intervene", "study", "relabel", "report", "pages",
+                   "check_mixer"]
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"mecheval.commands.{_name}").register(app)

@@ -11,6 +11,8 @@ and metadata {"format": FORMAT, "state": JSON (step, fingerprint, data stream, w
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import math
 from pathlib import Path
@@ -37,6 +39,16 @@ def atomic_save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: 
             save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
         except SafetensorError as e:  # an OSError underneath (e.g. no space left on device)
             raise OSError(f"{path}: cannot write ({e})") from None
+
+
+def weights_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over the tensors in name order: each name, dtype, shape and raw bytes."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -87,7 +87,8 @@ class RunDir:
     def read_summary(self) -> dict:
         """summary.json, checked (`final`: per split, its numbers); ConfigError naming the file otherwise."""
         path = self.path / SUMMARY
-        summary = read_json_object(path, {}, optional={"final": dict, "steps": int, "fingerprint": str})
+        summary = read_json_object(path, {}, optional={"final": dict, "steps": int, "fingerprint": str, "threads": int,
+                                                  "weights_sha256": str})
         for split, scores in summary.get("final", {}).items():
             bad = [k for k, v in scores.items() if not isinstance(v, NUMBER) or isinstance(v, bool)] \
                 if isinstance(scores, dict) else [split]

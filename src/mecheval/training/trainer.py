@@ -27,7 +27,7 @@ import mecheval
 from mecheval.models import LM, build_model
 from mecheval.tasks import Batch, make_task
 from mecheval.common import atomic_write_text, check_inside, safe_mkdir
-from mecheval.training.checkpoint import atomic_save_tensors, load_checkpoint, save_checkpoint
+from mecheval.training.checkpoint import atomic_save_tensors, load_checkpoint, save_checkpoint, weights_digest
 from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
 from mecheval.training.lock import DirLock
@@ -355,6 +355,8 @@ class Trainer:
             "device": str(self.device),
             "amp": "bf16" if self.amp else None,
             "fingerprint": self.cfg.fingerprint(),
+            "threads": torch.get_num_threads(),  # with the digest: what `reproduce` retrains with and checks against
+            "weights_sha256": weights_digest(self.lm.state_dict()),
             "versions": versions(),
         }
         self.run.write_summary(summary)
