@@ -236,6 +236,24 @@ ATR_STEPS = (100_032, 3_000)  # ATR: the same data sizes as AR but 32 epochs
 # the padded step with 2 groups, 1.31x with 3, 1.28x with 4; medium 2.11x / 2.55x / 2.38x
 ATR_EASY_LENGTH_GROUPS, ATR_LENGTH_GROUPS = 2, 3
 
+def _modern(name: str, on: str, task: dict, cpu_task: dict, steps: tuple[int, int], cpu_task_words: str, **fields) -> Study:
+    """Today's recurrent mixers on one task, each with and without a short conv (MODERN_CONVS), at two rates and
+    three seeds at the cpu scale; their readouts with the conv-window, state and two-token analyses."""
+    return Study(
+        name=name,
+        description=f"Today's recurrent mixers on {on}, each with and without a short convolution: induction or "
+                    "direct retrieval, where key and value meet, and whether Mamba-3's two-token update (it has no "
+                    "conv) plays the conv's role (its term zeroed per layer: the `two-token` analysis).",
+        cpu_drops=f"one width (64), learning rates {{3e-3, 1e-2}}, seeds 0, 1, 2, 3,000 steps of batch 128, "
+                  f"{cpu_task_words}",
+        task=task, cpu_task=cpu_task,
+        archs=[variant for preset, other_conv in MODERN_CONVS.items()
+               for variant in (_arch(preset), _arch(preset, d_conv=other_conv))],
+        cpu_lrs=[3e-3, 1e-2], cpu_seeds=(0, 1, 2), steps=steps,
+        analyses=("conv-window", "state", "two-token"), **fields,
+    )
+
+
 STUDIES: dict[str, Study] = {
     s.name: s
     for s in [
@@ -347,19 +365,9 @@ STUDIES: dict[str, Study] = {
             paper_length_groups=ATR_EASY_LENGTH_GROUPS, analyses=("conv-window", "state"),
             findings=("atr_mamba_vs_attention", "atr_mamba_noconv_induction"),
         ),
-        Study(
-            name="modern",
-            cpu_measured="not timed yet",
-            description="Today's recurrent mixers on AR, each with and without a short convolution: induction or direct "
-                        "retrieval, where key and value meet, and whether Mamba-3's two-token update (it has no conv) "
-                        "plays the conv's role (its term zeroed per layer: the `two-token` analysis).",
-            cpu_drops="one width (64), learning rates {3e-3, 1e-2}, seeds 0, 1, 2, 3,000 steps of batch 128, AR with 4 "
-                      "pairs over 64+64 tokens",
-            task=AR_PAPER, cpu_task=AR_CPU,
-            archs=[variant for preset, other_conv in MODERN_CONVS.items()
-                   for variant in (_arch(preset), _arch(preset, d_conv=other_conv))],
-            cpu_lrs=[3e-3, 1e-2], cpu_seeds=(0, 1, 2), steps=AR_STEPS,
-            analyses=("conv-window", "state", "two-token"),
-        ),
+        _modern("modern", "AR", AR_PAPER, AR_CPU, AR_STEPS, "AR with 4 pairs over 64+64 tokens"),
+        _modern("modern-atr", "ATR easy", {"name": "atr", "params": {"grammar": "easy"}},
+                {"name": "atr", "params": {"grammar": "easy"}}, ATR_STEPS, "ATR easy", min_effect=0.1,
+                paper_length_groups=ATR_EASY_LENGTH_GROUPS),
     ]
 }
