@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pandas as pd
 import pytest
 import torch
@@ -12,16 +14,16 @@ from mecheval.interventions.timeline import TIMELINE, formed_at, timeline
 from mecheval.training import validate_config
 from mecheval.training.checkpoint import atomic_save_tensors
 from mecheval.training.run_dir import MODEL, RunDir, snapshot_name
-from tests.interventions.handbuilt import induction_lm
+from tests.interventions.handbuilt import conv_binding_lm, induction_lm
 
 SWITCH = 300  # the step from which the run's weights are the hand-built induction model
 
 
-def fake_run(path, task, steps=(0, 100, 200, 300, 400)):
+def fake_run(path, task, steps=(0, 100, 200, 300, 400), build=induction_lm):
     """A run directory whose snapshots before SWITCH are an all-zero model (uniform output: not learned)
-    and from SWITCH on the hand-built induction model; its final weights are the last snapshot."""
+    and from SWITCH on the hand-built model `build` (induction); its final weights are the last snapshot."""
     T = task.sample(1, seed=0).tokens.shape[1]
-    learned = induction_lm(task.vocab_size, T)
+    learned = build(task.vocab_size, T)
     blank = {k: torch.zeros_like(v) for k, v in learned.state_dict().items()}
     cfg = validate_config({"task": {"name": "ar", "params": {"n_pairs": 4, "n_keys": 16, "n_values": 16}},
                            "model": learned.cfg.model_dump(mode="json"), "steps": max(steps), "device": "cpu"})
@@ -50,6 +52,18 @@ def test_the_timeline_reports_the_switch_at_its_step(tmp_path, ar_task):
     learned = t[t["step"] >= SWITCH]  # (an untrained model's attribution is undefined: nothing to restore)
     assert (learned["attrib_lo"] <= learned["attrib"] + 1e-9).all() and (learned["attrib"] <= learned["attrib_hi"] + 1e-9).all()
     assert (pd.read_parquet(run / TIMELINE).drop_duplicates("step")["step"] == [0, 100, 200, 300, 400]).all()
+
+
+def test_direct_retrieval_is_decided_over_training_as_at_the_end_by_the_joint_patch(tmp_path, ar_task):
+    """Each snapshot patches the key and the query together (the row the final readout's direct-retrieval rule
+    reads), so no snapshot falls back to the published sum (a warning) and the table keeps the three roles. The
+    run: key and value bound in layer 1's short conv (direct retrieval) from SWITCH on."""
+    run = fake_run(tmp_path / "run", ar_task, steps=(0, 300), build=lambda vocab, _: conv_binding_lm(vocab))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = timeline(run, n=64)
+    assert list(t.drop_duplicates("step")["verdict"]) == ["not learned", "direct retrieval"]
+    assert set(t["role"]) == {"key", "value", "query"} and (t["positions"] == "key,value,query,key&query").all()
 
 
 def test_a_second_call_computes_only_new_snapshots_and_other_parameters_start_afresh(tmp_path, ar_task, monkeypatch):

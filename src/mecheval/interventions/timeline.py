@@ -12,7 +12,8 @@ examples outside the conv reach (`artefact.py`), as the final readout is.
 RUN_DIR/timeline.parquet, one row per (step, boundary, role):
     step, boundary (i: the input of layer i), role, attrib, attrib_lo, attrib_hi,
     verdict, read_layer, acc, acc_lo, acc_hi, n, conv_cell, conv_attrib
-and the parameters it was computed with (n_examples, corrupt, seed, fingerprint, the verdict rules). A second call
+and the parameters it was computed with (n_examples, corrupt, seed, fingerprint, the verdict rules, the positions
+patched: the roles and the joint key&query patch that decides direct retrieval, as in the final readout). A second call
 computes only the snapshots not yet in the file (same parameters), writing after each one, so a killed
 call loses at most one snapshot's work; other parameters start the file afresh.
 """
@@ -30,11 +31,14 @@ from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import best_cell, conv_window
 from mecheval.interventions.patching import interchange
 from mecheval.interventions.runs import VERDICT_RULES, read_verdict, read_with_controls
-from mecheval.interventions.verdict import ROLES
+from mecheval.interventions.verdict import JOINT, ROLES
 from mecheval.training.lock import run_locked
 
 TIMELINE = "timeline.parquet"
-PARAMS = ("n_examples", "corrupt", "seed", "fingerprint", "rules")  # `rules`: the verdict rules (runs.VERDICT_RULES)
+PARAMS = ("n_examples", "corrupt", "seed", "fingerprint", "rules", "positions")  # `rules`: the verdict rules
+# (runs.VERDICT_RULES); `positions`: those patched at each snapshot (POSITIONS; a timeline without, read before the
+# joint key&query patch joined them, decided direct retrieval by the published sum: it is computed afresh)
+POSITIONS = (*ROLES, JOINT)  # the roles the table keeps, and the joint patch that decides direct retrieval
 
 
 @run_locked
@@ -50,7 +54,8 @@ def timeline(run_dir: str | Path, n: int = 256, corrupt: str = "key", seed: int 
     steps = snapshot_steps(run_dir)
     if not steps:
         raise FileNotFoundError(f"{run_dir}: no snapshots (train with `snapshots: {{every: N}}` to keep them)")
-    params = {"n_examples": n, "corrupt": corrupt, "seed": seed, "fingerprint": cfg.fingerprint(), "rules": VERDICT_RULES}
+    params = {"n_examples": n, "corrupt": corrupt, "seed": seed, "fingerprint": cfg.fingerprint(), "rules": VERDICT_RULES,
+              "positions": ",".join(POSITIONS)}
     done = _previous(run_dir / TIMELINE, params)
     task = make_task(cfg.task.name, **cfg.task.params)
     lm = build_model(cfg.model).eval()
@@ -78,7 +83,7 @@ def _previous(path: Path, params: dict) -> pd.DataFrame:
 
 def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.DataFrame:
     """The readouts of one snapshot: rows per (boundary, role)."""
-    df = interchange(lm, task, batch, corrupt, ["resid_pre"], list(ROLES), subsets=masks)
+    df = interchange(lm, task, batch, corrupt, ["resid_pre"], list(POSITIONS), subsets=masks)
     acc = accuracy_table(correct_answers(lm, batch), batch, masks).set_index("subset").loc[subset]
     verdict = read_verdict(df, None, corrupt, min_effect)
     learned = verdict is None or verdict.label != "not learned"  # where nothing is learned, no conv binds
@@ -87,7 +92,7 @@ def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.Da
         verdict, _, _ = read_with_controls(lm, task, batch, df, masks, corrupt, min_effect, window)
     label, read_layer = (None, None) if verdict is None else (verdict.label, verdict.layer)
     cell = None if window is None or window.empty else best_cell(window)
-    rows = df[df["subset"] == subset].copy()
+    rows = df[(df["subset"] == subset) & df["position"].isin(ROLES)].copy()
     rows["boundary"] = rows["layer"]
     rows = rows.rename(columns={"position": "role"})[["boundary", "role", "attrib", "attrib_lo", "attrib_hi"]]
     return rows.assign(
