@@ -77,8 +77,8 @@ def check_inside(path: Path, root: Path | None = None) -> Path:
 
 
 def safe_mkdir(path: Path, root: Path) -> Path:
-    """The directory `path` under `root`, created where missing, never through a symbolic link."""
-    path = check_inside(path, root)
+    """The directory `path` under `root` (or `root` itself), created where missing, never through a symbolic link."""
+    path = _absolute(path) if _absolute(path) == _absolute(root) else check_inside(path, root)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -74,3 +74,12 @@ def test_pages_takes_the_docs_lock(tmp_path):
         result = pages(root)
     assert result.exit_code == 2 and "documentation in use by pid" in result.output, result.output
     assert (root / "docs" / "page.md").read_text() == before
+
+
+def test_the_readme_at_the_repository_root_is_written_too(tmp_path):
+    """The README lies in the root itself (not below it): written as docs/ pages are (the writer refused it)."""
+    root = _tree(tmp_path, f"studies study={STUDY}")
+    (root / "README.md").write_text(f"# R\n\n<!-- generated: studies study={STUDY} -->\n<!-- end generated -->\n")
+    result = pages(root)
+    assert result.exit_code == 0, result.output
+    assert "| attention |" in (root / "README.md").read_text()
