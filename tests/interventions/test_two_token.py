@@ -26,13 +26,19 @@ def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch):
     def seen_and_accuracy(model, b):  # records the sites after the ablation's hooks have run
         with record(model.sites(), ["layers.0.two_token", "layers.1.two_token"]) as acts:
             out = accuracy(model, b)
-        zeroed[len(zeroed)] = tuple(bool((a == 0).all()) for a in acts.values())
+        zeroed[len(zeroed)] = [(a == 0).all(-1) for a in acts.values()]  # per layer: [B, T], zero at a position
         return out
 
     monkeypatch.setattr(two_token, "accuracy", seen_and_accuracy)
     table = two_token.two_token_ablation(lm, batch)
-    assert list(table["layers"]) == ["none", "0+1", "0", "1"]
-    assert list(zeroed.values()) == [(False, False), (True, True), (True, False), (False, True)]
+    assert list(table["layers"]) == ["none", "0+1", "0", "1", "0+1@value", "0+1@not value"]
+    whole = [tuple(bool(z.all()) for z in layers) for layers in zeroed.values()]
+    assert whole[:4] == [(False, False), (True, True), (True, False), (False, True)]
+    at_value = torch.zeros_like(zeroed[0][0])
+    at_value[torch.arange(len(batch)), batch.roles["value"]] = True
+    for layer in (0, 1):  # the control: zeroed exactly at each example's value position, then exactly elsewhere
+        assert torch.equal(zeroed[4][layer], at_value | zeroed[0][layer])  # (a position the model left 0 anyway)
+        assert torch.equal(zeroed[5][layer], ~at_value | zeroed[0][layer])
     assert (table["n"] == 32).all() and table["acc"].between(0, 1).all() and (table["acc_lo"] <= table["acc"]).all()
     assert lm.training  # the mode it came in
 

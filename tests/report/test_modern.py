@@ -12,7 +12,7 @@ def _run(tmp_path, name, cut, n=512, base=0.99):
     """A run directory whose two_token.parquet reads `base` unablated and `cut` with the term zeroed everywhere."""
     run = tmp_path / name
     run.mkdir()
-    rows = [("none", base), ("0+1", cut), ("0", base), ("1", cut)]
+    rows = [("none", base), ("0+1", cut), ("0", base), ("1", cut), ("0+1@value", cut), ("0+1@not value", base)]
     pd.DataFrame([{"layers": k, "acc": a, "acc_lo": max(a - 0.04, 0), "acc_hi": min(a + 0.04, 1), "n": n}
                   for k, a in rows]).to_parquet(run / TWO_TOKEN)
     return str(run)
@@ -35,17 +35,19 @@ def test_seeds_that_did_not_learn_are_not_read_and_none_learned_leaves_the_quest
     best = _best(tmp_path, [0.02, 0.95], verdicts=["direct retrieval", "not learned"])
     status, words = two_token_answer(best)
     assert status == PLAYS and "1 learned seed (0; of 2)" in words
+    assert "at the value position alone (where the previous token is the key) it leaves 0.02, everywhere but there 0.99" in words
     status, words = two_token_answer(best.assign(verdict="not learned"))
     assert status == INCONCLUSIVE and "open" in words
 
 
 def test_where_key_and_value_meet_names_the_ablation_and_its_numbers(tmp_path):
     run = _run(tmp_path, "r", 0.03)
-    assert meeting_words(run) == "two-token term zeroed in layers 0+1: 0.99 → 0.03"
+    assert meeting_words(run) == ("two-token term zeroed in layers 0+1: 0.99 → 0.03 (at the value alone → 0.03; "
+                                  "everywhere else → 0.99)")
     assert meeting_words(str(tmp_path)) == "–"  # no analysis: nothing claimed
     summary = pd.DataFrame([{"arch": "mamba3", "optim.lr": 3e-3, "seed_list": "0", "acc_outside": 0.99,
                              "acc_outside_lo": 0.98, "acc_outside_hi": 1.0, "verdicts": "direct retrieval 1"}])
     best = pd.DataFrame([{"arch": "mamba3", "seed": 0, "verdict": "direct retrieval", "run_dir": run}])
     row, = modern_rows(summary, best)
-    assert row["where key and value meet"] == "seed 0: two-token term zeroed in layers 0+1: 0.99 → 0.03"
+    assert row["where key and value meet"] == "seed 0: " + meeting_words(run)
     assert row["accuracy [95%]"] == "0.99 [0.98, 1.00]"

@@ -5,9 +5,12 @@ into the state again, β_t x_{t-1} B_{t-1}^T, which the site `layers.{i}.two_tok
 If that term binds a key to its value as Mamba's conv does, zeroing it must break retrieval, as zeroing
 Mamba's conv taps of lag >= 1 does (`conv_window.conv_ablation`, its analogue).
 
-`two_token_ablation`: accuracy with the term zeroed in each layer alone and in all layers together. Columns:
-`layers, acc, acc_lo, acc_hi, n` (the unablated model is the row `layers = "none"`); only that row for a
-model without the site.
+`two_token_ablation`: accuracy with the term zeroed in each layer alone and in all layers together, and, as the
+control that tells a binding from damage, in all layers at the value position alone (where x_{t-1} is the key:
+the one write that binds key to value) and everywhere but there. If the term binds, zeroing it at the value alone
+breaks retrieval as zeroing it everywhere does, and zeroing it everywhere else does not. Columns:
+`layers, acc, acc_lo, acc_hi, n`: `layers` is `none` (the unablated model), `0`, `1`, `0+1`, `0+1@value`,
+`0+1@not value` (the position rows only where each example has one value); only `none` for a model without the site.
 """
 
 from __future__ import annotations
@@ -29,20 +32,36 @@ def two_token_sites(lm: LM) -> dict[int, str]:
     return {int(name.split(".")[1]): name for name in lm.sites() if name.endswith(".two_token")}
 
 
+AT_VALUE, NOT_VALUE = "@value", "@not value"  # the position rows' suffixes
+
+
 def two_token_ablation(lm: LM, batch: Batch) -> pd.DataFrame:
     """The ablation table (module docstring)."""
     sites = two_token_sites(lm)
-    groups = {"none": []} | ({"+".join(map(str, sites)): list(sites.values())} if len(sites) > 1 else {})
-    groups |= {str(i): [name] for i, name in sites.items()}
+    every = "+".join(map(str, sites))
+    groups = {"none": ([], None)} | ({every: (list(sites.values()), None)} if len(sites) > 1 else {})
+    groups |= {str(i): ([name], None) for i, name in sites.items()}
+    value = batch.roles.get("value")
+    if sites and value is not None and value.dim() == 1:  # one value per example: the position control
+        at = torch.zeros(batch.tokens.shape, dtype=torch.bool)
+        at[torch.arange(len(batch)), value] = True  # [B, T]
+        groups |= {every + AT_VALUE: (list(sites.values()), at), every + NOT_VALUE: (list(sites.values()), ~at)}
     was_training = lm.training
     lm.eval()
     rows = []
     try:
-        for layers, names in groups.items():
-            with attach(lm.sites(), {name: torch.zeros_like for name in names}):
+        for layers, (names, where) in groups.items():
+            with attach(lm.sites(), {name: _zeroed(where) for name in names}):
                 k, n = accuracy(lm, batch)
             lo, hi = accuracy_interval(k, n)
             rows.append({"layers": layers, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
     finally:
         lm.train(was_training)
     return pd.DataFrame(rows)
+
+
+def _zeroed(where: torch.Tensor | None):
+    """The site function zeroing the term everywhere (`where` None) or at the positions `where` [B, T] marks."""
+    if where is None:
+        return torch.zeros_like
+    return lambda x: x.masked_fill(where[..., None].to(x.device), 0.0)  # x [B, T, D_i]

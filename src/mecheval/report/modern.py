@@ -4,7 +4,8 @@ shares, where key and value meet, and Mamba-3's question: does its two-token ter
 Where key and value meet, per learned run (`meeting_words`):
     short conv   the conv-window cell restoring most and the accuracy with that layer's taps of lag >= 1 zeroed
                  (`findings.conv_evidence`, as for Mamba)
-    two-token    Mamba-3's previous-token term zeroed in every layer (`interventions.two_token`)
+    two-token    Mamba-3's previous-token term zeroed in every layer (`interventions.two_token`), and as its control
+                 at the value position alone and everywhere but there (where the table has them)
 The answer (`two_token_answer`), over the learned seeds of Mamba-3 without a conv: the multi-bootstrap interval of
 the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays the conv's role (it binds
 key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads Mamba's conv taps.
@@ -17,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.common import read_table
-from mecheval.interventions.two_token import TWO_TOKEN
+from mecheval.interventions.two_token import AT_VALUE, NOT_VALUE, TWO_TOKEN
 from mecheval.interventions.verdict import NOT_LEARNED
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below, multi_bootstrap
 from mecheval.report.findings import conv_evidence
@@ -35,10 +36,13 @@ def two_token_read(run_dir: str | Path) -> dict | None:
     table = read_table(path, TWO_TOKEN_COLUMNS).set_index("layers")
     if len(table) < 2:
         return None
-    every = max(table.index.drop("none"), key=lambda layers: layers.count("+"))  # "0+1": all layers at once
+    whole = [layers for layers in table.index if layers != "none" and "@" not in layers]
+    every = max(whole, key=lambda layers: layers.count("+"))  # "0+1": all layers at once
     cut = table.loc[every]
+    control = {key: float(table.loc[every + suffix, "acc"]) if every + suffix in table.index else None
+               for key, suffix in (("at_value", AT_VALUE), ("not_value", NOT_VALUE))}
     return {"acc": float(table.loc["none", "acc"]), "cut_acc": float(cut["acc"]), "cut_lo": float(cut["acc_lo"]),
-            "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every}
+            "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every, **control}
 
 
 def meeting_words(run_dir: str) -> str:
@@ -49,7 +53,9 @@ def meeting_words(run_dir: str) -> str:
                 f"taps zeroed: {conv['acc']:.2f} → {conv['cut_acc']:.2f})")
     two = two_token_read(run_dir)
     if two is not None:
-        return f"two-token term zeroed in layers {two['layers']}: {two['acc']:.2f} → {two['cut_acc']:.2f}"
+        control = ("" if two["at_value"] is None else
+                   f" (at the value alone → {two['at_value']:.2f}; everywhere else → {two['not_value']:.2f})")
+        return f"two-token term zeroed in layers {two['layers']}: {two['acc']:.2f} → {two['cut_acc']:.2f}{control}"
     return "–"
 
 
@@ -73,11 +79,20 @@ def two_token_answer(best: pd.DataFrame, arch: str = "mamba3") -> tuple[str, str
     mean, base = sum(cut) / len(cut), sum(r["acc"] for _, r in reads) / len(reads)
     status = PLAYS if below(lo, hi, POOR_ACC) else DOES_NOT if above(lo, hi, HIGH_ACC) else INCONCLUSIVE
     seeds = ", ".join(str(int(s)) for s, _ in reads)
-    rule = (f"below {POOR_ACC:g} it plays the conv's role, at or above {HIGH_ACC:g} it does not, by the interval "
-            "over seeds and examples (multi-bootstrap)")
+    broken = sum(read["cut_hi"] < POOR_ACC for _, read in reads)
+    why = {PLAYS: f"the term **{PLAYS}** (the interval lies below {POOR_ACC:g})",
+           DOES_NOT: f"the term **{DOES_NOT}** (the interval lies at or above {HIGH_ACC:g})",
+           INCONCLUSIVE: f"**{INCONCLUSIVE}**: the interval spans {POOR_ACC:g} or {HIGH_ACC:g} (below {POOR_ACC:g} the "
+                         f"term plays the conv's role, at or above {HIGH_ACC:g} it does not)"}[status]
+    controls = [r for _, r in reads if r["at_value"] is not None]
+    control = ("" if not controls else
+               f" Zeroed at the value position alone (where the previous token is the key) it leaves "
+               f"{sum(r['at_value'] for r in controls) / len(controls):.2f}, everywhere but there "
+               f"{sum(r['not_value'] for r in controls) / len(controls):.2f} (means over the {len(controls)} seeds).")
     return status, (f"{arch}: zeroing the two-token term in every layer takes accuracy from {base:.2f} to "
-                    f"{mean:.2f} [{lo:.2f}, {hi:.2f}] over its {len(reads)} learned seed{'s' if len(reads) > 1 else ''} "
-                    f"({seeds}; of {len(runs)}): the term **{status}** ({rule}).")
+                    f"{mean:.2f} [{lo:.2f}, {hi:.2f}] (multi-bootstrap over seeds and examples) over its {len(reads)} "
+                    f"learned seed{'s' if len(reads) > 1 else ''} ({seeds}; of {len(runs)}), below {POOR_ACC:g} in "
+                    f"{broken} of them by its own interval: {why}.{control}")
 
 
 def modern_rows(summary: pd.DataFrame, best: pd.DataFrame) -> list[dict]:

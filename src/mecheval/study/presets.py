@@ -365,7 +365,9 @@ STUDIES: dict[str, Study] = {
             paper_length_groups=ATR_EASY_LENGTH_GROUPS, analyses=("conv-window", "state"),
             findings=("atr_mamba_vs_attention", "atr_mamba_noconv_induction"),
         ),
-        _modern("modern", "AR", AR_PAPER, AR_CPU, AR_STEPS, "AR with 4 pairs over 64+64 tokens"),
+        _modern("modern", "AR", AR_PAPER, AR_CPU, AR_STEPS, "AR with 4 pairs over 64+64 tokens",
+                cpu_measured="Mamba-3's two variants (--archs 'mamba3,mamba3 (d_conv 4)', --early-stop): 55 min on 2 "
+                             "CPU cores shared with another study (40 core-min training, 2026-12-05); the others not timed"),
         _modern("modern-atr", "ATR easy", {"name": "atr", "params": {"grammar": "easy"}},
                 {"name": "atr", "params": {"grammar": "easy"}}, ATR_STEPS, "ATR easy", min_effect=0.1,
                 paper_length_groups=ATR_EASY_LENGTH_GROUPS),
