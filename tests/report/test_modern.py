@@ -51,3 +51,20 @@ def test_where_key_and_value_meet_names_the_ablation_and_its_numbers(tmp_path):
     row, = modern_rows(summary, best)
     assert row["where key and value meet"] == "seed 0: " + meeting_words(run)
     assert row["accuracy [95%]"] == "0.99 [0.98, 1.00]"
+
+
+def test_the_modern_block_reads_the_committed_mamba3_study_and_answers_from_it(tmp_path):
+    """The page block on results/cpu/modern-mamba3: a row per variant and the answer, its numbers from the files."""
+    from pathlib import Path
+
+    from mecheval.report.pages import generate
+
+    committed = Path(__file__).resolve().parents[2] / "results" / "cpu" / "modern-mamba3"
+    (tmp_path / "results" / "cpu").mkdir(parents=True)
+    (tmp_path / "results" / "cpu" / "modern-mamba3").symlink_to(committed)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "p.md").write_text("<!-- generated: modern preset=modern scale=cpu -->\n<!-- end generated -->\n")
+    block = generate(tmp_path)[Path("docs/p.md")]
+    assert "| mamba3 (d_conv 4) | 0.003 | 0, 1, 2 |" in block and "| mamba3 | 0.003 |" in block
+    assert "mamba3: zeroing the two-token term in every layer takes accuracy from" in block
+    assert "at the value alone →" in block and "short conv of layer 1" in block

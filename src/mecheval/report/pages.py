@@ -35,9 +35,9 @@ KINDs:
     prompts     per scale and task, the share of test prompts seen in training, and accuracy on all prompts
                 beside accuracy on the unseen ones the readouts read (verdict.json)
     pointers    every learned run whose query carries part of the effect, with its pointer control
-    modern      per study chosen as `studies` does (`study=DIR`): each architecture's accuracy, verdicts' shares and
-                where key and value meet, and Mamba-3's answer: does its two-token term play the conv's role
-                (`modern.py`)
+    modern      the studies chosen as `studies` does (`preset=modern scale=cpu`), read as one pool: each
+                architecture's accuracy, verdicts' shares and where key and value meet, and Mamba-3's answer: does
+                its two-token term play the conv's role (`modern.py`)
 
 Studies are selected by `study=DIR`, or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
 `write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv, per
@@ -581,14 +581,18 @@ def study_section(root: Path, study: Path, page: Path) -> str:
 
 
 def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
-    """Per chosen study: `modern.modern_rows` and, where Mamba-3 ran, `modern.two_token_answer`'s sentence."""
-    out = []
-    for study in _chosen(root, "modern", args, page):
-        df = _table(str(root / study))
-        best = df[df["best_lr"]]
-        out += [f"{md_code(study)}:", "", _markdown(modern_rows(summarise(df), best)), ""]
-        if (best["arch"] == "mamba3").any():
-            out += [two_token_answer(best)[1], ""]
+    """The chosen studies read as one (`pooled.pooled_table`: seeds of another study join the same best rate):
+    `modern.modern_rows` and, where Mamba-3 ran, `modern.two_token_answer`'s sentence."""
+    chosen = _chosen(root, "modern", args, page)
+    try:
+        df = _pool(root, tuple(chosen))
+    except ValueError as e:
+        raise PageError(f"{page}: generated block 'modern {_args(args)}': {e}") from None
+    best = df[df["best_lr"]]
+    out = [f"{', '.join(md_code(s) for s in chosen)}{' read as one' if len(chosen) > 1 else ''}:", "",
+           _markdown(modern_rows(summarise(df), best)), ""]
+    if (best["arch"] == "mamba3").any():
+        out += [two_token_answer(best)[1], ""]
     return "\n".join(out)
 
 
