@@ -157,4 +157,4 @@ def test_the_two_token_analysis_zeroes_mamba3s_previous_token_term_per_layer(tmp
                                        "--analysis", "two-token")
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(run / "two_token.parquet")
-    assert list(table["layers"]) == ["none", "0+1", "0", "1"] and (table["n"] > 0).all()
+    assert list(table["layers"]) == ["none", "0+1", "0", "1", "0+1@value", "0+1@not value"] and (table["n"] > 0).all()
