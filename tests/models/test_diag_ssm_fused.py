@@ -88,7 +88,9 @@ def test_bilinear_fused_equals_discretising_in_torch(B, T, H, M, E, seed):
     gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed + 2))
     names = ["u", "log_dt", "log_A_real", "A_imag", "B", "C", "D"]
     for name, g, g_ref in zip(names, torch.autograd.grad(y, xs, gy), torch.autograd.grad(y_ref, xs, gy)):
-        assert_rel_close(g, g_ref, rtol=1e-4, name=name)
+        # a parameter's gradient sums up to B·T·M float32 terms that cancel (the two paths add them in other
+        # orders: 2.3e-4 apart on one log_dt of a drawn example); u's has no such sum
+        assert_rel_close(g, g_ref, rtol=1e-4 if name == "u" else 1e-3, name=name)
 
 
 def test_bilinear_gradcheck_float64():
