@@ -143,7 +143,7 @@ def _examples_of(col: str) -> str:
     return (f"{split}." if split else "") + name.replace("acc_", "n_", 1)
 
 
-def _interval(group: pd.DataFrame, col: str) -> tuple[float, float]:
+def interval_over_seeds(group: pd.DataFrame, col: str) -> tuple[float, float]:
     """95% interval of `col` for one (architecture, width, lr): over seeds where there are several, the
     multi-bootstrap's (`decide.multi_bootstrap`: seeds and, within each, its examples resampled; an accuracy's
     examples from its count, an attribution's from its own interval), else the run's own (Wilson for
@@ -177,7 +177,7 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     if "chance" in best:  # the task's chance accuracy (one task per row)
         out = out.join(g.agg(chance=("chance", "first")))
     shown = [c for c in INTERVALS if c in best]
-    bounds = {key: {c: _interval(part, c) for c in shown} for key, part in g}
+    bounds = {key: {c: interval_over_seeds(part, c) for c in shown} for key, part in g}
     for c in shown:
         out[f"{c}_lo"] = [bounds[k][c][0] for k in out.index]
         out[f"{c}_hi"] = [bounds[k][c][1] for k in out.index]

@@ -20,7 +20,8 @@ import pandas as pd
 from mecheval.common import read_table
 from mecheval.interventions.two_token import AT_VALUE, NOT_VALUE, TWO_TOKEN
 from mecheval.interventions.verdict import NOT_LEARNED
-from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below, multi_bootstrap
+from mecheval.report.build import interval_over_seeds
+from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below
 from mecheval.report.findings import conv_evidence
 
 TWO_TOKEN_COLUMNS = ("layers", "acc", "acc_lo", "acc_hi", "n")
@@ -74,8 +75,9 @@ def two_token_answer(best: pd.DataFrame, arch: str = "mamba3") -> tuple[str, str
         return INCONCLUSIVE, (f"{arch}: no learned run with the two-token analysis ({len(runs)} run(s) at the best "
                               "learning rate): the question is open.")
     cut = [read["cut_acc"] for _, read in reads]
-    lo, hi = (multi_bootstrap(cut, [r["cut_lo"] for _, r in reads], [r["cut_hi"] for _, r in reads],
-                              [r["cut_n"] for _, r in reads]) if len(reads) > 1 else (reads[0][1]["cut_lo"], reads[0][1]["cut_hi"]))
+    lo, hi = interval_over_seeds(pd.DataFrame({  # over seeds and their examples, as every accuracy over seeds is
+        "acc_cut": cut, "acc_cut_lo": [r["cut_lo"] for _, r in reads], "acc_cut_hi": [r["cut_hi"] for _, r in reads],
+        "n_cut": [r["cut_n"] for _, r in reads]}), "acc_cut")
     mean, base = sum(cut) / len(cut), sum(r["acc"] for _, r in reads) / len(reads)
     status = PLAYS if below(lo, hi, POOR_ACC) else DOES_NOT if above(lo, hi, HIGH_ACC) else INCONCLUSIVE
     seeds = ", ".join(str(int(s)) for s, _ in reads)
