@@ -1,5 +1,5 @@
 """Helpers several packages use: safe atomic file writes and checked reads (JSON, YAML without aliases, Parquet),
-numbers in configs, dotted config keys, errors as one line (nothing of mecheval imported at load)."""
+numbers in configs, dotted config keys (nothing of mecheval imported at load but `mecheval.errors`)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from mecheval.errors import MechevalError
+
 
 N_EXAMPLES = 512  # examples per intervention readout: the API's (`interventions.N_EXAMPLES`), `intervene`'s and `study`'s
 MAX_N_EXAMPLES = 2**16  # the most `--n` takes: every readout holds n examples (and their activations) at once
 
 
-class ConfigError(ValueError):
+class ConfigError(MechevalError, ValueError):
     """A config that cannot be read or validated; the message names the field(s) at fault."""
 
 
@@ -51,7 +53,7 @@ class Checked(BaseModel):
         return value
 
 
-class UnsafePathError(OSError):
+class UnsafePathError(MechevalError, OSError):
     """A write that would follow a symbolic link, or leave the directory it belongs to."""
 
 
@@ -233,14 +235,3 @@ def flatten(d: dict, prefix: str = "") -> dict:
             out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple, dict)) else value
     return out
 
-
-def describe(e: BaseException) -> str:
-    """The error as one line (our own errors already name the file or field at fault)."""
-    from mecheval.training.checkpoint import CheckpointError
-    from mecheval.training.lock import LockedError
-
-    if isinstance(e, OSError) and e.strerror:
-        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-    if isinstance(e, (ConfigError, CheckpointError, LockedError, OSError, ImportError)):
-        return str(e)
-    return f"{type(e).__name__}: {e}"

@@ -16,11 +16,13 @@ import os
 import sys
 from collections.abc import Iterator
 
+from mecheval.errors import MechevalError
+
 TRUST_ENV = "MECHEVAL_TRUST_PLUGINS"  # "1": plug-ins may be imported from the current directory
 _READING = {"depth": 0}  # > 0 inside `reading_results`
 
 
-class PluginError(ValueError):
+class PluginError(MechevalError, ValueError):
     """An import path that cannot be loaded, or an object that breaks its contract (one line)."""
 
 

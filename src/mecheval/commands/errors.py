@@ -11,7 +11,7 @@ from collections.abc import Callable
 import typer
 
 from mecheval.commands.flags import COMMON, in_flags
-from mecheval.common import describe
+from mecheval.errors import describe
 
 DEBUG = {"on": False}  # set by `mecheval --debug`
 INTERRUPTED = 130  # the shell's code for a process stopped by SIGINT

@@ -19,7 +19,8 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from mecheval.commands.options import example, split_list
-from mecheval.common import MAX_N_EXAMPLES, describe
+from mecheval.common import MAX_N_EXAMPLES
+from mecheval.errors import describe
 from mecheval.training.lock import DirLock
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mecheval.errors import MechevalError
 from mecheval.models.mixers.mamba import Mamba, MambaOptions, MambaState
 from mecheval.models.ops.dispatch import selective_scan
 from mecheval.models.shortconv import ShortConv
@@ -24,7 +25,7 @@ from mecheval.models.sites import Site
 from mecheval.models.states import StateSite
 
 
-class UnsupportedModel(ValueError):
+class UnsupportedModel(MechevalError, ValueError):
     """A `transformers` model `mecheval.hf.wrap` cannot map; the message names what is missing."""
 
 

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from mecheval.common import (NUMBER, ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir,
                              safe_unlink)
-
+from mecheval.errors import MechevalError
 from mecheval.interventions.accuracy import (EXAMPLES, accuracy_fields, accuracy_table, correct_answers, example_ids,
                                              example_table)
 from mecheval.interventions.artefact import distance_subsets, short_convs, subsets
@@ -289,7 +289,7 @@ def verdict_is_current(run_dir: Path) -> bool:
     return row.get("rules") == VERDICT_RULES and "prompts" in row
 
 
-class ReadoutKindError(ValueError):
+class ReadoutKindError(MechevalError, ValueError):
     """A run's interventions table holds readouts of another kind than a call would write in its place."""
 
 

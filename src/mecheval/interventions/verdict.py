@@ -55,6 +55,7 @@ from itertools import groupby
 
 import pandas as pd
 
+from mecheval.errors import MechevalError
 from mecheval.intervals import above, all_of, at_most
 from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED, WINDOW
 from mecheval.interventions.conv_window import best_cell
@@ -76,7 +77,7 @@ def shows_attributions(label) -> bool:
     return label != NOT_LEARNED
 
 
-class NothingToRead(ValueError):
+class NothingToRead(MechevalError, ValueError):
     """The model has no site between the embedding and the answer that the verdict could read."""
 
 

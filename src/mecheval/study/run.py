@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mecheval.common import describe
+from mecheval.errors import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
 from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_verdict_file, recheck_run, relabel_run,

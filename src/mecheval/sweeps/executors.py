@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mecheval.common import check_inside
+from mecheval.errors import MechevalError
 
 ERROR_LOG = "error.log"
 THREADS_ENV = "MECHEVAL_THREADS"  # caps each local worker's torch threads; 1 makes runs match one-thread runs bit for bit
@@ -41,7 +42,7 @@ class Outcome:
     skipped: bool = False  # finished before this sweep started
 
 
-class RunFailed(RuntimeError):
+class RunFailed(MechevalError, RuntimeError):
     """A run raised; the message is its last line and where its traceback was written."""
 
 

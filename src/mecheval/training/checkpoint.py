@@ -22,12 +22,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from mecheval.common import replacing
+from mecheval.errors import MechevalError
 
 FORMAT = "mecheval-checkpoint/1"
 CHECKPOINT_EXTRA_BYTES = 2**20  # a checkpoint's tensors besides the model and AdamW's two moments: RNG states, steps, sums
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(MechevalError, RuntimeError):
     """A checkpoint or weights file that is unreadable, or does not match the run's config."""
 
 

@@ -19,10 +19,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from mecheval.errors import MechevalError
+
 LOCK = ".lock"
 
 
-class LockedError(RuntimeError):
+class LockedError(MechevalError, RuntimeError):
     """The directory is in use by another process."""
 
 

@@ -27,6 +27,7 @@ import mecheval
 from mecheval.models import LM, build_model
 from mecheval.tasks import Batch, make_task
 from mecheval.common import atomic_write_text, check_inside, safe_mkdir
+from mecheval.errors import MechevalError
 from mecheval.training.checkpoint import atomic_save_tensors, load_checkpoint, save_checkpoint, weights_digest
 from mecheval.training.config import ConfigError, TrainConfig, config_diff
 from mecheval.training.data import TrainStream, derive_seed, eval_sets
@@ -39,12 +40,12 @@ from mecheval.training.run_dir import (
 from mecheval.training.schedule import lr_at
 
 
-class RunExistsError(FileExistsError):
+class RunExistsError(MechevalError, FileExistsError):
     """The run directory already holds a run (pass `resume=True` to continue it); the message names the
     Python arguments (`commands.flags` gives the CLI's)."""
 
 
-class DivergedError(RuntimeError):
+class DivergedError(MechevalError, RuntimeError):
     """The loss or the weights became non-finite (NaN or inf); the message names the step."""
 
 
