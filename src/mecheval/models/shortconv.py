@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mecheval.models.ops.dispatch import FFT_MIN_TAPS, short_conv
-from mecheval.models.ops.fft_conv import fft_conv
+from mecheval.models.ops.dispatch import short_conv
+from mecheval.models.ops.fft_conv import FFT_MIN_TAPS, fft_conv
 from mecheval.models.sites import Site
 
 ConvSpec = int | str

@@ -9,8 +9,8 @@ its backward, in torch's convention for complex gradients (∂L/∂Re + i ∂L/�
 
     ∂c_m = 2 conj(Σ_l gK_l z_m^l),      ∂z_m = 2 conj(c_m Σ_{l ≥ 1} l gK_l z_m^{l-1}).
 
-The convolution is `ops.dispatch.causal_conv`: direct (the fused short conv with T taps, O(T^2) per
-channel), which beats an FFT up to T = `FFT_MIN_TAPS` (the study's T = 37), else by FFT. CPU, float32
+The convolution is `short_conv_fused.causal_conv_fused`: direct (the fused short conv with T taps, O(T^2)
+per channel), which beats an FFT up to T = `FFT_MIN_TAPS` (the study's T = 37), else by FFT. CPU, float32
 or float64.
 """
 
@@ -23,8 +23,8 @@ import torch
 from numba import njit, prange
 
 from mecheval.models.ops.diag_ssm import with_skip
-from mecheval.models.ops.dispatch import causal_conv
 from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
+from mecheval.models.ops.short_conv_fused import causal_conv_fused
 
 
 @parallel_kernel(fastmath={"reassoc"})
@@ -179,7 +179,7 @@ def diag_ssm_kernel_fused(dA, dB, C, T: int) -> torch.Tensor:
 def _convolve(u, K):
     """u [B, T, H, *E] by the kernel K [T, H] (channel h's kernel serves its E entries) -> like u."""
     E = math.prod(u.shape[3:])
-    return causal_conv(u.flatten(2), K.repeat_interleave(E, dim=1).to(u.dtype)).view_as(u)
+    return causal_conv_fused(u.flatten(2), K.repeat_interleave(E, dim=1).to(u.dtype)).view_as(u)
 
 
 def diag_ssm_fused(u, dA, dB, C, D=None):

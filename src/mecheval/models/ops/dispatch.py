@@ -25,7 +25,6 @@ from mecheval.models.ops import short_conv as reference_conv
 from mecheval.models.ops.fft_conv import fft_conv
 
 MODES = ("auto", "reference")
-FFT_MIN_TAPS = 64  # causal convs with more taps go by FFT; fewer, direct (faster on CPU up to about here)
 ENV_VAR = "MECHEVAL_KERNELS"
 _override: ContextVar[str | None] = ContextVar("mecheval_kernel_mode", default=None)
 
@@ -95,11 +94,11 @@ def short_conv(x, weight):
 
 def causal_conv(u, h):
     """Causal long convolution, same result as `ops.fft_conv.fft_conv`: u [B, T, C]; h [T, C] -> y [B, T, C].
-    On CPU up to FFT_MIN_TAPS steps the fused direct conv (h reversed as T taps); else by FFT."""
-    if current_mode() == "auto" and u.shape[1] <= FFT_MIN_TAPS and _fused_cpu_ok(u, h):
-        from mecheval.models.ops.short_conv_fused import short_conv_fused  # numba compiles lazily
+    On CPU `short_conv_fused.causal_conv_fused` (direct up to `fft_conv.FFT_MIN_TAPS` steps); else by FFT."""
+    if current_mode() == "auto" and _fused_cpu_ok(u, h):
+        from mecheval.models.ops.short_conv_fused import causal_conv_fused  # numba compiles lazily
 
-        return short_conv_fused(u, h.flip(0).T.unsqueeze(1))
+        return causal_conv_fused(u, h)
     return fft_conv(u, h)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+FFT_MIN_TAPS = 64  # causal convs with more taps go by FFT; fewer, direct (faster on CPU up to about here)
+
 
 def fft_conv(u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """u [B, T, C], h [T, C] -> y [B, T, C] via FFT (computed in at least float32)."""

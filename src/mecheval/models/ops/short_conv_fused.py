@@ -6,7 +6,8 @@
 
 Shapes: x, y: [B, T, C] (channels innermost, as the mixers hold them); weight: [C, 1, k].
 Batch rows run in parallel, each update vectorised over the channels; ∂w goes to per-row partials
-[B, k, C] summed with torch afterwards. CPU, float32 or float64; IEEE arithmetic (no fastmath).
+[B, k, C] summed with torch afterwards. CPU, float32 or float64; IEEE arithmetic (no fastmath). `causal_conv_fused` runs a long convolution
+(one T-step filter per channel) through it where that beats an FFT.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 from numba import prange
 
+from mecheval.models.ops.fft_conv import FFT_MIN_TAPS, fft_conv
 from mecheval.models.ops.numba_kernels import as_numpy, parallel_kernel, use_torch_threads
 
 
@@ -76,3 +78,11 @@ class ShortConvFn(torch.autograd.Function):
 def short_conv_fused(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Causal depthwise conv: x [B, T, C] (CPU), weight [C, 1, k] of x's dtype (float32/64) -> y [B, T, C]."""
     return ShortConvFn.apply(x, weight)
+
+
+def causal_conv_fused(u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """`ops.fft_conv.fft_conv`'s causal long convolution on CPU: u [B, T, C]; h [T, C] of u's dtype -> y [B, T, C].
+    Up to FFT_MIN_TAPS steps direct (`short_conv_fused` with h reversed as T taps), else by FFT."""
+    if u.shape[1] <= FFT_MIN_TAPS:
+        return short_conv_fused(u, h.flip(0).T.unsqueeze(1))
+    return fft_conv(u, h)
