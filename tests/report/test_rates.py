@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mecheval.report.rates import coverage_summary, coverage_table, published_cells, rate_figure, rate_table
+from mecheval.report.rates import bracket_table, coverage_summary, coverage_table, published_cells, rate_figure, rate_table
 
 
 def _runs(rows):
@@ -49,3 +49,17 @@ def test_the_figure_draws_every_cell():
     runs = _runs([("mamba", 32, 3e-3, 0, 0.23, "direct retrieval"), ("mamba", 64, 1e-2, 0, 0.75, "direct retrieval")])
     fig = rate_figure(rate_table(runs))
     assert len(fig.axes[0].patches) == 2 + 2  # two cells, each best outlined
+
+
+def test_cells_apart_from_the_study_say_which_part_differs():
+    runs = _runs([("mamba", 128, 1e-2, 0, 0.66, "direct retrieval"),  # accuracy differs (.90), mechanism as published
+                  ("attention", 64, 1e-3, 0, 0.995, "induction"),  # agrees: not listed
+                  ("attention", 32, 1e-3, 0, 0.80, "direct retrieval"),  # 0.80 against 1.00: differs in both
+                  ("mamba", 64, 1e-2, 0, 0.78, "direct retrieval"), ("mamba", 64, 3e-3, 0, 0.80, "direct retrieval")])
+    apart = bracket_table(rate_table(runs)).set_index("cell")
+    assert "AR attention d=64" not in apart.index
+    assert apart.loc["AR mamba d=128", "differs in"] == "accuracy" and apart.loc["AR mamba d=128", "accuracy"] == "differ"
+    assert apart.loc["AR mamba d=128", "mechanism"] == "direct retrieval (direct retrieval): agree"
+    assert apart.loc["AR attention d=32", "differs in"] == "accuracy, mechanism"
+    assert apart.loc["AR mamba d=64", "rates tried"] == "**0.003: 0.80**, 0.01: 0.78"  # the best in bold, at the edge
+    assert apart.loc["AR mamba d=64", "bracketed"] == "no" and apart.loc["AR mamba d=64", "differs in"] == "–"

@@ -67,7 +67,8 @@ from mecheval.report.findings import ACCURACY, FINDINGS, MECHANISM, Finding, Out
 from mecheval.report.markup import md_code, md_text, slug
 from mecheval.report.modern import modern_rows, two_token_answer
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
-from mecheval.report.rates import committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
+from mecheval.report.rates import (bracket_table, committed_runs, coverage_summary, coverage_table, rate_figure,
+                                   rate_table)
 from mecheval.report.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.report.timelines import formation_steps, timeline_table
@@ -664,19 +665,22 @@ def rates_data(root: Path) -> pd.DataFrame:
 
 
 def rates_block(root: Path, page: Path) -> str:
-    """The rates figure and, in words, how many cells tried how many rates and have their best bracketed."""
+    """The rates figure, how many cells tried how many rates and have their best bracketed, and the cells that
+    do not agree with the study (`rates.bracket_table`), each with the part that differs."""
     table = rates_data(Path(root))
     if table.empty:
         raise PageError(f"{page}: the rates block finds no published-scale runs (results/paper-d*/)")
     cells = table[table["best"]]
     rel = os.path.relpath(RATES_PNG, page.parent).replace(os.sep, "/")
-    edge = cells[~cells["bracketed"]]
+    apart = bracket_table(table)
     return (f"![Accuracy and verdict of every published-scale cell at every learning rate tried]({rel})\n\n"
             f"{len(cells)} cells (task, grammar, architecture, width) at the published scale: "
             f"{int((cells['rates'] >= 3).sum())} tried 3 or more learning rates; the best rate is bracketed by a worse "
-            f"one on each side in {int(cells['bracketed'].sum())}; at the edge of what was tried: "
-            + ", ".join(f"{r['arch']}{' ' + r['grammar'] if r['grammar'] else ''} d={r['width']} ({r['task']}, "
-                        f"{r['lr']:g} of {r['rates']})" for _, r in edge.iterrows()) + ".")
+            f"one on each side in {int(cells['bracketed'].sum())} (in the figure: a solid outline), at the edge of "
+            f"what was tried in {int((~cells['bracketed']).sum())} (dashed). The {len(apart)} cells whose accuracy at "
+            f"their best rate does not agree with the published value, with the part that differs (the mechanism: "
+            f"our most common verdict at that rate, the published label in brackets):\n\n"
+            + _markdown(apart.to_dict("records")))
 
 
 def coverage_block(root: Path) -> str:

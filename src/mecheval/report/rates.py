@@ -4,7 +4,7 @@ every rate tried, and every published accuracy against them.
 The study swept 5–7 rates per cell and kept the best; a cell whose best rate has no worse rate tried on each
 side was never bracketed (its optimum may lie beyond what was tried). `rate_table` is the analysis (one row
 per cell and rate: seeds, mean accuracy, verdicts, whether it is the cell's best and whether that best is
-bracketed), `rate_figure` its picture; `coverage_table` the published accuracy cells, each with what we ran
+bracketed), `rate_figure` its picture, `bracket_table` the cells that do not agree with the study; `coverage_table` the published accuracy cells, each with what we ran
 for it and the strict comparison (`decide.compare_accuracy`) at its best rate, `coverage_summary` their counts.
 An ATR run trained with held-out pairs is a cell of its own (grammar `easy held-out`), read on the held-out pairs.
 """
@@ -22,8 +22,8 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from mecheval.interventions.verdict import LABELS  # noqa: E402
 from mecheval.interventions.metrics import accuracy_interval  # noqa: E402
 from mecheval.report import published  # noqa: E402
-from mecheval.report.compare import published_accuracy  # noqa: E402
-from mecheval.report.decide import compare_accuracy, multi_bootstrap  # noqa: E402
+from mecheval.report.compare import published_accuracy, published_verdict  # noqa: E402
+from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels, multi_bootstrap  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
 
@@ -77,6 +77,32 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
             row |= {"best": i == best, "rates": len(by_rate), "bracketed": 0 < best < len(by_rate) - 1}
         rows += by_rate
     return pd.DataFrame(rows, columns=RATE_COLUMNS).astype({"best": bool, "bracketed": bool})
+
+
+def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
+    """The cells of `rate_table` whose best-rate accuracy does not agree with the published one by the strict
+    rule (`decide.compare_accuracy`: differ or inconclusive), one row each: `cell`, `published`, `rates tried`
+    (each rate's mean accuracy, the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
+    most common verdict at the best rate against the published label, `decide.compare_labels`; blank where the
+    study labels none or ours did not learn) and `differs in` (the parts that differ: accuracy, mechanism)."""
+    rows = []
+    for (task, grammar, arch, width), cell in rates.groupby(["task", "grammar", "arch", "width"], sort=True):
+        best = cell[cell["best"]].iloc[0]
+        accuracy = compare_accuracy(best["acc"], best["acc_lo"], best["acc_hi"], best["published"])
+        if accuracy in ("", AGREE):
+            continue
+        theirs = published_verdict(task, arch)
+        mechanism = compare_labels(best["verdict"], theirs)
+        tried = ", ".join(f"**{r['lr']:g}: {r['acc']:.2f}**" if r["best"] else f"{r['lr']:g}: {r['acc']:.2f}"
+                          for _, r in cell.sort_values("lr").iterrows())
+        rows.append({"cell": f"{task.upper()}{' ' + grammar if grammar else ''} {arch} d={width}",
+                     "published": f"{best['published']:.2f}", "rates tried": tried,
+                     "bracketed": "yes" if best["bracketed"] else "no", "accuracy": accuracy,
+                     "mechanism": f"{best['verdict']} ({theirs}): {mechanism}" if mechanism else "",
+                     "differs in": ", ".join(part for part, outcome in (("accuracy", accuracy), ("mechanism", mechanism))
+                                             if outcome == DIFFER) or "–"})
+    return pd.DataFrame(rows, columns=["cell", "published", "rates tried", "bracketed", "accuracy", "mechanism",
+                                       "differs in"])
 
 
 def published_value(task: str, grammar: str, arch: str, conv, width: int, label: str) -> float | None:
