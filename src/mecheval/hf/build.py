@@ -1,8 +1,11 @@
-"""A `transformers` causal LM from an `HFModelConfig`, with random weights, offline, wrapped (`wrap`)."""
+"""The model kind "hf" (`models.kinds`): a `transformers` causal LM from an `HFModelConfig`, checked, then built
+with random weights, offline, and wrapped (`wrap`). Registered when this module is imported."""
 
 from __future__ import annotations
 
+from mecheval.hf.wrap import wrap
 from mecheval.models.config import HFModelConfig
+from mecheval.models.kinds import ModelKind, register_kind
 from mecheval.plugins import PluginError, is_import_path, load
 
 
@@ -24,9 +27,19 @@ def hf_class(name: str) -> type:
     return cls
 
 
+def check(cfg: HFModelConfig) -> None:
+    """ValueError unless transformers has the class and its config class takes the config's fields."""
+    cls = hf_class(cfg.hf)
+    try:
+        cls.config_class(**cfg.transformers_config())
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"config: {cls.config_class.__name__} refuses it ({e})") from None
+
+
 def build(cfg: HFModelConfig):
     """The wrapped model (`mecheval.hf.wrap`), random weights from the config."""
-    from mecheval.hf.wrap import wrap
-
     cls = hf_class(cfg.hf)
     return wrap(cls(cls.config_class(**cfg.transformers_config())))
+
+
+register_kind("hf", ModelKind(check=check, build=build))

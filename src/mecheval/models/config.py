@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from mecheval.common import Checked, format_validation_error
+from mecheval.models.kinds import model_kind
 from mecheval.models.presets import ARCHITECTURES
 from mecheval.models.shortconv import ConvSpec, validate_conv_spec
 from mecheval.plugins import PluginError
@@ -160,7 +161,8 @@ class HFModelConfig(BaseModel):
     and read like a zoo model: `model: {hf: MambaForCausalLM, config: {state_size: 16}}`. `hf` is a class of
     `transformers` or an import path to one; `config` its config's fields, except the three mecheval sets
     (vocab_size, d_model -> hidden_size, n_layers -> num_hidden_layers, so sweeps and reports read them as
-    for any model). Built by `mecheval.hf.build` and wrapped by `mecheval.hf.wrap`."""
+    for any model). Checked and built by the kind "hf" (`models.kinds`: `mecheval.hf.build`, imported on first
+    use), wrapped by `mecheval.hf.wrap`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -172,16 +174,10 @@ class HFModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "HFModelConfig":
-        from mecheval.hf.build import hf_class
-
         owned = sorted({"vocab_size", "hidden_size", "num_hidden_layers"} & set(self.config))
         if owned:
             raise ValueError(f"config: {owned} are set by model.vocab_size / d_model / n_layers, not in config")
-        cls = hf_class(self.hf)
-        try:
-            cls.config_class(**self.transformers_config())
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"config: {cls.config_class.__name__} refuses it ({e})") from None
+        model_kind("hf").check(self)
         return self
 
     def transformers_config(self) -> dict[str, Any]:

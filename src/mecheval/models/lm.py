@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mecheval.models.config import HFModelConfig, ModelConfig, is_hf_model
+from mecheval.models.kinds import model_kind
 from mecheval.models.mixers import mixer_spec
 from mecheval.models.norms import RMSNorm
 from mecheval.models.sites import Site, run_with_cache
@@ -222,10 +223,8 @@ def gather_positions(h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 
 def build_model(cfg: ModelConfig | HFModelConfig | dict) -> LM:
-    """An LM from a config (or a dict validated as one); a transformers model's (`HFModelConfig`) is
-    `mecheval.hf.build`'s wrapped model."""
+    """An LM from a config (or a dict validated as one); a transformers model's (`HFModelConfig`) is built
+    by its kind's adapter (`models.kinds`: `mecheval.hf.build`'s wrapped model)."""
     if is_hf_model(cfg) == "hf":
-        from mecheval.hf.build import build
-
-        return build(cfg if isinstance(cfg, HFModelConfig) else HFModelConfig.model_validate(cfg))
+        return model_kind("hf").build(cfg if isinstance(cfg, HFModelConfig) else HFModelConfig.model_validate(cfg))
     return LM(cfg if isinstance(cfg, ModelConfig) else ModelConfig.model_validate(cfg))
