@@ -594,6 +594,11 @@ def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
            _markdown(modern_rows(summarise(df), best)), ""]
     if (best["arch"] == "mamba3").any():
         out += [two_token_answer(best)[1], ""]
+    over_training = timeline_table(best, formation_steps(best))
+    if not over_training.empty:
+        out += ["Over training (the runs kept with snapshots, `timeline.parquet`: the readouts at every kept step on "
+                "the same examples); formed at: the first kept step from which the verdict stays the final one:", "",
+                _markdown(over_training.sort_values(["arch", "seed"]).to_dict("records")), ""]
     return "\n".join(out)
 
 
