@@ -117,6 +117,11 @@ def _table(path: str) -> pd.DataFrame:
     return study_table(path, every_run=True)
 
 
+def _figure_tables(root: Path) -> dict[Path, pd.DataFrame]:
+    """The study figure's studies (those with a study.json) -> their `_table`."""
+    return {study: _table(str(root / study)) for study in studies(root) if study_meta(root / study)}
+
+
 def _task(study: Path) -> str:
     return str(_table(str(study))["task.name"].iloc[0])
 
@@ -799,7 +804,7 @@ def figure_block(root: Path, args: dict[str, str], page: Path) -> str:
     (task, scale), each under a line naming it."""
     from mecheval.report.study_figure import figure_data, figure_name, groups
 
-    shown = [(t, s) for t, s in groups(figure_data(root)) if fnmatch.fnmatchcase(s, args.get("scale", "*"))]
+    shown = [(t, s) for t, s in groups(figure_data(_figure_tables(root))) if fnmatch.fnmatchcase(s, args.get("scale", "*"))]
     if not shown:
         raise PageError(f"{page}: generated block 'figure {_args(args)}': no committed study of that scale")
     return "\n\n".join(
@@ -881,7 +886,7 @@ def generate(root: Path) -> dict[Path, str]:
         if "<!-- generated:" not in text:
             continue
         out[page] = BLOCK.sub(lambda m: m[1] + render(root, page, m["spec"], index) + m[4], text)
-    out[FIGURE_DATA] = figure_data(root).to_csv(index=False, float_format="%.4f")
+    out[FIGURE_DATA] = figure_data(_figure_tables(root)).to_csv(index=False, float_format="%.4f")
     rates = rates_data(root)
     if len(rates):
         out[RATES_DATA] = rates.to_csv(index=False, float_format="%.4f")

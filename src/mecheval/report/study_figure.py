@@ -33,20 +33,14 @@ def _published_attribution(task: str, grammar: str | None, arch: str) -> dict[st
     return {role: published_attribution(task, grammar, arch, role) for role in published.ROLES}
 
 
-def figure_data(root: Path) -> pd.DataFrame:
+def figure_data(tables: dict[Path, pd.DataFrame]) -> pd.DataFrame:
     """One row per (run or published value, quantity): task, scale, arch, quantity, source (ours /
-    published), value. Ours: the best-learning-rate runs of every study with a study.json, for the
-    architectures the study compares, with their default conv or none; `arch` names the width where the
-    study's runs span several, an ATR grammar other than easy (`based · large_vocab`) and a held-out share of
-    ATR's pairs (`based · 20% held out`)."""
-    from mecheval.report.build import study_meta
-    from mecheval.report.pages import _table, studies
-
+    published), value, from `tables` (each study, results/SCALE/NAME, -> `results.study_table(every_run=True)`).
+    Ours: the best-learning-rate runs of every study, for the architectures the study compares, with their
+    default conv or none; `arch` names the width where the study's runs span several, an ATR grammar other than
+    easy (`based · large_vocab`) and a held-out share of ATR's pairs (`based · 20% held out`)."""
     rows = []
-    for study in studies(root):
-        if not study_meta(root / study):
-            continue
-        df = _table(str(root / study))
+    for study, df in tables.items():
         best = df[df["best_lr"] & df["arch_name"].isin(COMPARED)]
         best = best[best["arch_conv"].isna() | (best["arch_conv"] == 0)]
         several = best["model.d_model"].nunique() > 1  # each width its own line (`widths.py` draws the trend)
