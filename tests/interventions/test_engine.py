@@ -1,4 +1,4 @@
-"""The batched engine: exactness properties and equality with a one-cell-at-a-time reference loop."""
+"""The batched engine: exactness properties and equality with the one-forward-per-cell reference (`reference`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mecheval.interventions import Cell, interchange, patch_all_positions, patch_cells, resolve_sites
-from mecheval.interventions.engine import _patch_fns, answer_scores
+from mecheval.interventions.engine import _patch_fns
+from mecheval.interventions.reference import reference_patch_cells
 from mecheval.models.lm import build_model
 from mecheval.models.mixers import MIXERS
 from mecheval.models.sites import attach, record
@@ -21,26 +22,6 @@ def random_lm(vocab: int, seed: int = 0, **cfg):
         for p in lm.parameters():
             p.add_(0.3 * torch.randn_like(p))
     return lm
-
-
-@torch.no_grad()
-def reference(lm, base, source, cells, where, answer, answer_pos):
-    """One full forward pass per cell, a plain hook copying the source activation: p_patched [C, B]."""
-    rows = torch.arange(base.shape[0])[:, None]
-    out = []
-    for cell in cells:
-        with record(lm.sites(), [cell.site]) as src:
-            lm(source)
-        pos = where[cell.position].view(base.shape[0], -1)
-
-        def put(x, pos=pos, val=src[cell.site]):
-            x = x.clone()
-            x[rows, pos] = val[rows, pos]
-            return x
-
-        with attach(lm.sites(), {cell.site: put}):
-            out.append(answer_scores(lm(base, positions=answer_pos[:, None]), answer[:, None])[0])
-    return torch.stack(out)
 
 
 def test_identity_patch_is_bitwise(ar_task):
@@ -115,7 +96,7 @@ def test_batched_equals_reference_loop(ar_task, seed, n_layers, mlp, norm, n, ch
     where = {**batch.roles, "random": torch.randint(batch.tokens.shape[1], (n, 2), generator=g)}
     cells = [Cell(s, p) for s in sites for p in where]
     r = patch_cells(lm, corrupted, batch.tokens, cells, where, batch.answer, batch.answer_pos, chunk=chunk)
-    ref = reference(lm, corrupted, batch.tokens, cells, where, batch.answer, batch.answer_pos)
+    ref = reference_patch_cells(lm, corrupted, batch.tokens, cells, where, batch.answer, batch.answer_pos)["p_patched"]
     torch.testing.assert_close(r["p_patched"], ref, atol=1e-6, rtol=1e-5)
 
 
@@ -128,9 +109,8 @@ def test_every_mixer_and_its_internal_sites(ar_task, mixer):
     corrupted = ar_task.corrupt(batch, "key", 1).tokens
     cells = [Cell(s, "key") for s in lm.sites() if s.endswith(("conv_out", "core_out", "resid_mid"))]
     assert any(c.kind == "core_out" for c in cells)
-    r = patch_cells(lm, corrupted, batch.tokens, cells, batch.roles, batch.answer, batch.answer_pos)
-    ref = reference(lm, corrupted, batch.tokens, cells, batch.roles, batch.answer, batch.answer_pos)
-    torch.testing.assert_close(r["p_patched"], ref, atol=1e-6, rtol=1e-5)
+    args = (lm, corrupted, batch.tokens, cells, batch.roles, batch.answer, batch.answer_pos)
+    torch.testing.assert_close(patch_cells(*args)["p_patched"], reference_patch_cells(*args)["p_patched"], atol=1e-6, rtol=1e-5)
 
 
 def test_hooks_are_removed_even_on_error(ar_task):

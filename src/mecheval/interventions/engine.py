@@ -3,9 +3,8 @@
 A *cell* is one (site, position) pair. For a base input and a source input of the same shape, the
 patched run is the base run with the site's activation at the cell's position (per example)
 replaced by the source run's activation there. The metric is read at `answer_pos`: the probability
-and logit of the clean answer.
-
-How the work is shared:
+and logit of the clean answer. That definition, one plain forward per cell, is `reference.reference_patch_cells`;
+this engine computes the same scores (tested equal) sharing the work:
     source run once  -> the source activation of every requested site at every position key
     base run once    -> the base scores, the residual entering every layer, every mixer's output
     per chunk        -> cells that start at the same point, one tile of examples per cell, in one pass:
