@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -96,10 +97,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def autocast(amp: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA where `amp`, else nothing."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+
+
 def answer_logits(lm: LM, batch: Batch, amp: bool) -> torch.Tensor:
     """Logits at the answer positions only: [B, V] (or [B, Q, V]), in float32."""
-    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
-    with ctx:
+    with autocast(amp):
         logits = lm(batch.tokens, positions=batch.answer_pos)
     return logits.float()
 
@@ -165,6 +170,14 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
     found and its model, task and evaluation sets are built, and a failure before that leaves no trace.
     Raises TrainingInterrupted after a requested stop (a checkpoint is saved first).
     """
+    with opened_run(cfg, run_dir, resume, quiet) as opened:
+        return opened if isinstance(opened, dict) else opened.fit()
+
+
+@contextlib.contextmanager
+def opened_run(cfg: TrainConfig, run_dir: str | Path, resume: bool, quiet: bool) -> Iterator["Trainer | dict"]:
+    """The run in `run_dir`, locked for the block: its Trainer ready to train (config and worker.json written),
+    or the summary of a finished run (with `resume`). The checks and refusals of `train`."""
     run = RunDir(run_dir)
     resolve_device(cfg.device)  # fail before anything is written
     check_loggers(cfg.loggers.model_dump())
@@ -180,7 +193,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
             _check_same_run(run, cfg)
             if run.finished:
                 (run / CHECKPOINT).unlink(missing_ok=True)
-                return run.read_summary()
+                yield run.read_summary()
+                return
             trainer = Trainer(cfg, run, quiet)
         else:
             try:
@@ -191,7 +205,20 @@ def train(cfg: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bo
                 raise
             run.write_config(cfg)
         atomic_write_text(run / WORKER, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}), run.path)
-        return trainer.fit()
+        yield trainer
+
+
+class Stopwatch:
+    """Wall and CPU seconds (this process, all threads) since the last `lap`."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        laps = wall - self.wall, cpu - self.cpu
+        self.wall, self.cpu = wall, cpu
+        return laps
 
 
 class Trainer:
@@ -242,6 +269,21 @@ class Trainer:
         a["count"] += batch.answer.numel()
         a["steps"] += 1
 
+    def next_batch(self) -> Batch:
+        """The batch of the current step (its tokens counted)."""
+        batch = self.stream.batch(self.step)
+        self.tokens += int(batch.lengths.sum())
+        return batch
+
+    def add_time(self, wall_s: float, cpu_s: float) -> None:
+        """Adds the seconds spent on this run (wall, CPU) to its totals."""
+        self.wall_s += wall_s
+        self.cpu_s = None if self.cpu_s is None else self.cpu_s + cpu_s
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.cfg.steps or self.stopped_early()
+
     def due(self, every: int) -> bool:
         return self.step % every == 0 or self.step == self.cfg.steps
 
@@ -269,7 +311,8 @@ class Trainer:
         if self.due(self.cfg.eval.every):
             rec["eval"] = {split: evaluate(self.lm, b, self.cfg.eval.batch_size, self.amp, self.cfg.length_groups) for split, b in self.evals.items()}
         rec["time"] = {"wall_s": self.wall_s, "tokens_per_s": tokens_per_s}
-        self.accum = self._zero_accum()
+        for total in self.accum.values():  # in place: a cohort's stacked sums stay shared
+            total.zero_()
         return rec
 
     def stopped_early(self) -> bool:
@@ -295,42 +338,56 @@ class Trainer:
                  "data": self.stream.state()}
         save_checkpoint(self.run / CHECKPOINT, self.lm, self.opt, self.accum, state)
 
-    def fit(self) -> dict:
-        cfg = self.cfg
-        loggers = open_loggers(cfg.model_dump(mode="json"), self.run.path)
-        bar = tqdm(total=cfg.steps, initial=self.step, desc=self.run.path.name, disable=self.quiet, dynamic_ncols=True)
-        t_start, cpu_t_start, tokens_start = time.perf_counter(), time.process_time(), self.tokens
-        wall_start, cpu_start = self.wall_s, self.cpu_s
+    @contextlib.contextmanager
+    def logging(self) -> Iterator[None]:
+        """For the block: metrics.jsonl open for appending and the experiment loggers open (`after_step` writes
+        to both); the step-0 snapshot taken."""
+        loggers = open_loggers(self.cfg.model_dump(mode="json"), self.run.path)
         try:
-            with stop_on_signals(), subnormals_flushed(self.device), open(check_inside(self.run / METRICS, self.run.path), "a") as metrics:
+            with open(check_inside(self.run / METRICS, self.run.path), "a") as metrics:
+                self._log = metrics, loggers, self.tokens, self.wall_s  # tokens/s are this session's
                 if self.step == 0:
                     self.snapshot()
-                while self.step < cfg.steps and not self.stopped_early():
+                yield
+        finally:
+            for logger in loggers:
+                logger.close()
+
+    def after_step(self) -> dict | None:
+        """Inside `logging`: the snapshot, metrics record (with evaluation) and checkpoint that fall on this
+        step; returns the record written, if any."""
+        cfg = self.cfg
+        self.snapshot()
+        rec = None
+        if self.due(cfg.log_every) or self.due(cfg.eval.every):
+            metrics, loggers, tokens_start, wall_start = self._log
+            rec = self.record((self.tokens - tokens_start) / max(self.wall_s - wall_start, 1e-9))
+            metrics.write(json.dumps(rec) + "\n")
+            metrics.flush()
+            if "eval" in rec:
+                self.evals_seen.append(rec["eval"])
+            for logger in loggers:
+                logger.log(rec)
+        if self.due(cfg.checkpoint_every):
+            self.checkpoint()
+        return rec
+
+    def fit(self) -> dict:
+        bar = tqdm(total=self.cfg.steps, initial=self.step, desc=self.run.path.name, disable=self.quiet, dynamic_ncols=True)
+        try:
+            with stop_on_signals(), subnormals_flushed(self.device), self.logging():
+                clock = Stopwatch()
+                while not self.done:
                     if STOP.is_set():
                         self.checkpoint()
                         raise TrainingInterrupted(f"{self.run.path}: stopped at step {self.step} (checkpoint saved)")
-                    batch = self.stream.batch(self.step)
-                    self.tokens += int(batch.lengths.sum())
-                    self.train_step(batch)
-                    self.wall_s = wall_start + time.perf_counter() - t_start
-                    self.cpu_s = None if cpu_start is None else cpu_start + time.process_time() - cpu_t_start
+                    self.train_step(self.next_batch())
+                    self.add_time(*clock.lap())
                     bar.update(1)
-                    self.snapshot()
-                    if self.due(cfg.log_every) or self.due(cfg.eval.every):
-                        rec = self.record((self.tokens - tokens_start) / max(self.wall_s - wall_start, 1e-9))
-                        metrics.write(json.dumps(rec) + "\n")
-                        metrics.flush()
-                        if "eval" in rec:
-                            self.evals_seen.append(rec["eval"])
-                        for logger in loggers:
-                            logger.log(rec)
+                    if (rec := self.after_step()) is not None:
                         bar.set_postfix(loss=f"{rec['loss']:.3f}", acc=f"{rec['acc']:.3f}", tok_s=f"{rec['time']['tokens_per_s']:.0f}")
-                    if self.due(cfg.checkpoint_every):
-                        self.checkpoint()
         finally:
             bar.close()
-            for logger in loggers:
-                logger.close()
         return self.finish()
 
     def finish(self) -> dict:
