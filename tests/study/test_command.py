@@ -97,7 +97,7 @@ def test_study_passes_its_trackers_to_every_run_and_names_them_in_its_command(tm
 
     calls = []  # (preset, scale, the axes of Study.sweep) of each run_study called
 
-    def run_study(preset, out, scale, executor, workers, address, n_examples, quiet, new, **axes):
+    def run_study(preset, out, scale, executor, workers, address, n_examples, quiet, new, cohort, **axes):
         calls.append((preset, scale, axes))
 
     monkeypatch.setattr(mecheval.study, "run_study", run_study)

@@ -52,3 +52,22 @@ def tracker_option(name: str):
 def trackers(**flags: bool) -> list[str]:
     """The trackers switched on: `trackers(tensorboard=True, wandb=False)` -> ["tensorboard"]."""
     return [name for name in TRACKERS if flags[name]]
+
+
+def cohort_option():
+    """`--cohort K|auto`, the same flag on `sweep` and `study`."""
+    return typer.Option(
+        "--cohort", metavar="K|auto",
+        help="Train the runs that differ only in seed, learning rate and weight decay as cohorts of at most K runs "
+             "(one job each; every run in the directory it would have alone), or auto: as many as fit in memory.",
+    )
+
+
+def cohort_size(text: str | None) -> int | str | None:
+    """`--cohort`'s value: a size, "auto" or None; BadParameter otherwise."""
+    from mecheval.sweeps.cohorts import parse_cohort
+
+    try:
+        return parse_cohort(text)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--cohort") from None

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from mecheval.commands.options import example, split_list, tracker_option, trackers
+from mecheval.commands.options import cohort_option, cohort_size, example, split_list, tracker_option, trackers
 from mecheval.common import MAX_N_EXAMPLES
 
 
@@ -17,6 +17,7 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=example(
         "mecheval study quick --out results/quick",
         "mecheval study ar-architectures --seeds 0,1,2 --archs attention,mamba --out results/ar",
+        "mecheval study ar-architectures --seeds 0,1,2 --cohort auto --out results/ar",
         "mecheval study ar-architectures --archs mypkg.mod:MyMixer --out results/mine",
         "mecheval study --list",
     ))
@@ -40,6 +41,7 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
         tensorboard: Annotated[bool, tracker_option("tensorboard")] = False,
         wandb: Annotated[bool, tracker_option("wandb")] = False,
+        cohort: Annotated[Optional[str], cohort_option()] = None,
     ) -> None:
         """Run a named study (sweep + interventions + report) and print its summary."""
         from rich.console import Console
@@ -62,6 +64,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("required", param_hint="--out")
         if executor not in EXECUTORS:
             raise typer.BadParameter(f"must be one of {', '.join(EXECUTORS)}, got {executor!r}", param_hint="--executor")
+        size = cohort_size(cohort)
         axes = {
             "widths": _numbers(widths, int, "--widths"), "lrs": _numbers(lrs, float, "--lrs"),
             "seeds": _numbers(seeds, int, "--seeds"),
@@ -79,7 +82,8 @@ def register(app: typer.Typer) -> None:
         except ValueError as e:
             hint = next((f"--{k}" for k in ("train-order", "grammars") if k.replace("-", "_") in str(e)), "--archs")
             raise typer.BadParameter(str(e), param_hint=hint) from None
-        report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, new=new, **axes)
+        report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, new=new, cohort=size,
+                           **axes)
         print_summary(report, Console())
 
 

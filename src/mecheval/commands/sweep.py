@@ -1,13 +1,13 @@
-"""`mecheval sweep SWEEP.yaml --out SWEEP_DIR [--executor local|ray] [--workers N] [--address ADDR]`."""
+"""`mecheval sweep SWEEP.yaml --out SWEEP_DIR [--executor local|ray] [--workers N] [--address ADDR] [--cohort K|auto]`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
-from mecheval.commands.options import example
+from mecheval.commands.options import cohort_option, cohort_size, example
 
 
 def sweep(
@@ -17,11 +17,12 @@ def sweep(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local worker processes (default: core count)"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray)"),
     new: bool = typer.Option(False, "--new", help="restart afresh the runs in --out made with a different spec (else refused)"),
+    cohort: Annotated[Optional[str], cohort_option()] = None,
 ) -> None:
     """Run every unfinished run of a sweep; finished runs are skipped, interrupted ones resume.
 
     A run already in --out is skipped or resumed only if its config is the sweep's; Ctrl-C stops
-    the sweep (running runs save a checkpoint) and running it again resumes.
+    the sweep (running runs save a checkpoint) and running it again resumes (with or without --cohort).
     """
     from mecheval.commands.flags import COMMON, in_flags
     from mecheval.sweeps import expand, load_sweep, run_sweep
@@ -31,6 +32,7 @@ def sweep(
     if executor not in EXECUTORS:
         typer.echo(f"error: --executor must be one of {', '.join(EXECUTORS)}, got {executor!r}", err=True)
         raise typer.Exit(2)
+    size = cohort_size(cohort)
     try:
         spec_cfg = load_sweep(spec)
         total = len(expand(spec_cfg))
@@ -49,7 +51,7 @@ def sweep(
             typer.echo(f"[{count}] done {outcome.name}: {accs} ({outcome.summary['wall_time_s']:.1f} s)")
 
     try:
-        outcomes = run_sweep(spec_cfg, out, executor, workers, address, on_outcome=report, new=new)
+        outcomes = run_sweep(spec_cfg, out, executor, workers, address, on_outcome=report, new=new, cohort=size)
     except ConfigError as e:  # a changed spec, or a model that cannot be built
         typer.echo(f"error: {in_flags(e, COMMON)}", err=True)
         raise typer.Exit(2) from None
@@ -63,4 +65,5 @@ def sweep(
 def register(app: typer.Typer) -> None:
     app.command("sweep", epilog=example(
         "mecheval sweep examples/sweep_ar_mamba_conv.yaml --out sweeps/mamba-conv --workers 2",
+        "mecheval sweep examples/sweep_ar_mamba_conv.yaml --out sweeps/mamba-conv --cohort auto",
     ))(sweep)

@@ -53,12 +53,14 @@ def run_study(
     n_examples: int = N_EXAMPLES,
     quiet: bool = False,
     new: bool = False,
+    cohort: int | str | None = None,
     **axes,
 ) -> Report:
     """Runs (or resumes) the study `preset` (a name, or a Study) at `scale` in `out`; writes its report.
 
     axes: `widths`, `lrs`, `seeds`, `archs` restrict or replace the scale's sweep (`Study.sweep`).
     new: restart afresh the runs in `out` made with a different spec (else they are refused).
+    cohort: train runs that differ only in seed, lr and weight decay as cohorts (`run_sweep`'s `cohort`).
     Only the study's own runs are intervened on and reported, whatever else `out` holds.
     """
     study = preset if isinstance(preset, Study) else get_study(preset)
@@ -69,7 +71,7 @@ def run_study(
     start = time.perf_counter()
     planned = {run.name: run.config.steps for run in expand(sweep)}
     with training_bars(out, planned, quiet) as finished:
-        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=finished, new=new)
+        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=finished, new=new, cohort=cohort)
     failed = [o for o in outcomes if o.error]
     if failed:
         raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))

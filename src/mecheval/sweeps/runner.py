@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mecheval.sweeps.cohorts import describe_cohorts, form_cohorts
 from mecheval.sweeps.executors import Job, Outcome, run_local, run_ray
 from mecheval.sweeps.preflight import changed_runs, check_models
 from mecheval.sweeps.spec import SweepConfig, expand
@@ -46,9 +47,13 @@ def run_sweep(
     on_outcome: Callable[[Outcome], None] = lambda o: None,
     new: bool = False,
     on_note: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
+    cohort: int | str | None = None,
 ) -> list[Outcome]:
     """Runs every unfinished run of `sweep` under `out`; finished runs are skipped (their summary is
     returned as is). Returns one Outcome per run, in the sweep's order.
+
+    cohort: train runs that differ only in seed, learning rate and weight decay as cohorts of at most this many
+    (or "auto": `sweeps.cohorts`), each run in its own directory as alone.
 
     Raises SpecChangedError when a run directory holds a different run (unless `new`: then it is
     deleted and trained afresh), SweepInterrupted on Ctrl-C, LockedError while another process uses `out`.
@@ -78,7 +83,11 @@ def run_sweep(
             else:
                 jobs.append(Job(run.name, run.config.model_dump(mode="json"), run_dir.path))
         if jobs:
-            stream = run_local(jobs, workers or os.cpu_count() or 1) if executor == "local" else run_ray(jobs, address, sweep.max_retries)
+            workers = workers or os.cpu_count() or 1
+            if cohort is not None:
+                jobs = form_cohorts(jobs, cohort, workers if executor == "local" else None)
+                on_note(describe_cohorts(jobs))
+            stream = run_local(jobs, workers) if executor == "local" else run_ray(jobs, address, sweep.max_retries)
             try:
                 for outcome in stream:
                     outcomes[outcome.name] = outcome
