@@ -79,6 +79,11 @@ def test_rounding_and_cost_blocks_read_the_study_and_name_a_missing_one(tmp_path
     (root / "docs" / "page.md").write_text("<!-- generated: costs by=arch -->\n<!-- end generated -->\n")
     costs = generate(root)[Path("docs/page.md")]
     assert "| cpu/quick | attention | 3 | 3,000 |" in costs  # three seeds of 3,000 steps
+    running = root / "results" / "cpu" / "running" / "runs" / "r0"  # a study still training its first run
+    running.mkdir(parents=True)
+    (running / "config.yaml").write_text((ROOT / STUDY / "runs" / sorted(p.name for p in (ROOT / STUDY / "runs").iterdir())[0] / "config.yaml").read_text())
+    (root / "docs" / "page.md").write_text("<!-- generated: costs -->\n<!-- end generated -->\n")
+    assert "running" not in generate(root)[Path("docs/page.md")]  # costed once it has a finished run; no error now
 
 
 def test_a_study_names_the_command_that_made_it_and_the_runs_it_did_not(tmp_path):

@@ -652,6 +652,8 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     for study in _chosen(root, "costs", {k: v for k, v in args.items() if k != "by"}, page):
         df = _table(str(root / study))
         df = df[df["status"] == "done"]
+        if df.empty:  # a study still training: no finished run to cost yet
+            continue
         groups = df.groupby("arch", sort=True) if args.get("by") == "arch" else [(None, df)]
         for arch, part in groups:
             cpu = part["summary.cpu_time_s"] if "summary.cpu_time_s" in part else pd.Series(dtype=float)
