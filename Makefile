@@ -53,9 +53,10 @@ bench: $(VENV)/.env-test
 docs: $(VENV)/.env-docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-# Regenerates the README's and docs' tables of committed results and the study figure from results/.
+# Regenerates the README's and docs' tables of committed results and the study figure from results/
+# (tools/pages: repository tooling, not part of the installed package).
 pages: $(VENV)/.env
-	$(VENV)/bin/mecheval pages .
+	PYTHONPATH=tools $(PY) -m pages .
 
 clean:
 	rm -rf $(VENV) $(OUT) site

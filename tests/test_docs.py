@@ -31,7 +31,7 @@ def test_cli_reference_has_every_command_and_option():
     page = _hook().on_page_markdown("# CLI\n\n<!-- cli-reference -->\n", None, None, None)
     headings = re.findall(r"^## `(.*)`$", page, re.M)
     assert headings == list(_commands(typer.main.get_command(app), ["mecheval"]))
-    assert {"mecheval pages", "mecheval intervene", "mecheval data show"} <= set(headings)
+    assert {"mecheval report", "mecheval intervene", "mecheval data show"} <= set(headings)
     intervene = page[page.index("## `mecheval intervene`"):page.index("## `mecheval study`")]
     assert "| `--n` | option `<int range>` | `512` | Examples per run (the API's N_EXAMPLES" in intervene
     assert "| `--seed` | option `<int>` | `0` |" in intervene  # a default of 0 is shown

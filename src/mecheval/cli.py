@@ -49,7 +49,7 @@ def options(
 
 
 # Each module defines `register(app)` and adds its commands; listed in the order of the data flow.
-COMMAND_MODULES = ["data", "train", "reproduce", "sweep", "runs", "intervene", "study", "relabel", "report", "pages",
+COMMAND_MODULES = ["data", "train", "reproduce", "sweep", "runs", "intervene", "study", "relabel", "report",
                    "check_mixer"]
 
 for _name in COMMAND_MODULES:

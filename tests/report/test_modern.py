@@ -5,7 +5,7 @@ import pytest
 
 from mecheval.interventions.two_token import TWO_TOKEN
 from mecheval.report.decide import INCONCLUSIVE
-from mecheval.report.modern import DOES_NOT, PLAYS, meeting_words, modern_rows, two_token_answer
+from pages.modern import DOES_NOT, PLAYS, meeting_words, modern_rows, two_token_answer
 
 
 def _run(tmp_path, name, cut, n=512, base=0.99):
@@ -57,7 +57,7 @@ def test_the_modern_block_reads_the_committed_mamba3_study_and_answers_from_it(t
     """The page block on results/cpu/modern-mamba3: a row per variant and the answer, its numbers from the files."""
     from pathlib import Path
 
-    from mecheval.report.pages import generate
+    from pages.blocks import generate
 
     committed = Path(__file__).resolve().parents[2] / "results" / "cpu" / "modern-mamba3"
     (tmp_path / "results" / "cpu").mkdir(parents=True)

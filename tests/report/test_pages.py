@@ -1,13 +1,14 @@
-"""The README's and docs' tables of committed results are what `mecheval pages` produces from results/ now."""
+"""The README's and docs' tables of committed results are what `make pages` produces from results/ now."""
 
+import contextlib
+import io
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from mecheval.cli import app
-from mecheval.report.pages import FIGURE_DATA, PageError, generate, stale_pages
+from pages.__main__ import main
+from pages.blocks import FIGURE_DATA, PageError, generate, stale_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "results/cpu/quick"
@@ -15,7 +16,7 @@ STUDY = "results/cpu/quick"
 
 def test_committed_pages_match_the_results():
     stale = stale_pages(ROOT)
-    assert stale == [], f"pages differ from results/: {stale}; run `mecheval pages` and commit the result"
+    assert stale == [], f"pages differ from results/: {stale}; run `make pages` and commit the result"
 
 
 def test_the_study_figure_keeps_each_atr_grammar_apart():
@@ -25,6 +26,14 @@ def test_the_study_figure_keeps_each_atr_grammar_apart():
                  & (data["source"] == "published")]
     published = value.set_index("arch")["value"]
     assert published["based"] == 0.93 and published["based · large_vocab"] == 0.95
+
+
+def make_pages(*args) -> tuple[int, str]:
+    """`make pages`' command (`python -m pages`) on `args`: its exit status and what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        status = main([str(a) for a in args])
+    return status, printed.getvalue()
 
 
 def _tree(tmp_path: Path, block: str) -> Path:
@@ -56,9 +65,8 @@ def test_an_unknown_block_is_one_line_naming_the_page(tmp_path):
     before = (root / "docs" / "page.md").read_text()
     with pytest.raises(PageError, match="docs/page.md: unknown generated block 'nonsense'"):
         generate(root)
-    result = CliRunner().invoke(app, ["pages", str(root), "--check"])
-    assert result.exit_code == 2
-    assert "error: docs/page.md: unknown generated block 'nonsense'" in result.output
+    status, printed = make_pages(root, "--check")
+    assert status == 2 and "error: docs/page.md: unknown generated block 'nonsense'" in printed
     assert (root / "docs" / "page.md").read_text() == before  # nothing written
 
 
@@ -91,7 +99,7 @@ def test_a_study_names_the_command_that_made_it_and_the_runs_it_did_not(tmp_path
 
     import yaml
 
-    from mecheval.report.pages import _made_by
+    from pages.blocks import _made_by
     from mecheval.study import STUDIES
     from mecheval.study.command import study_command
     from mecheval.sweeps.spec import SweepConfig, run_overrides

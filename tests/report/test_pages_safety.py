@@ -1,4 +1,4 @@
-"""`mecheval pages` on results someone else made (issue 56): no write through a link or torn by a full disk,
+"""`make pages` on results someone else made (issue 56): no write through a link or torn by a full disk,
 one writer at a time, and no markup of the results' files in the pages."""
 
 from __future__ import annotations
@@ -9,19 +9,12 @@ import re
 import shutil
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from mecheval.cli import app
-from mecheval.report.pages import generate
 from mecheval.training.lock import DirLock
+from pages.blocks import generate
 
-from tests.report.test_pages import ROOT, STUDY, _tree
+from tests.report.test_pages import ROOT, STUDY, _tree, make_pages
 
 EVIL = "<script>alert(1)</script> [click](javascript:alert(2)) <img src=x onerror=alert(3)> `x"
-
-
-def pages(*args) -> "CliRunner.Result":
-    return CliRunner().invoke(app, ["pages", *map(str, args)])
 
 
 def test_markup_in_study_json_and_study_names_shows_as_text(tmp_path):
@@ -48,8 +41,8 @@ def test_a_symlinked_page_is_refused_and_its_target_untouched(tmp_path):
     before = outside.read_text()
     (root / "docs" / "page.md").unlink()
     (root / "docs" / "page.md").symlink_to(outside)
-    result = pages(root)
-    assert result.exit_code == 2 and f"{root / 'docs' / 'page.md'}: a symbolic link" in result.output, result.output
+    status, printed = make_pages(root)
+    assert status == 2 and f"{root / 'docs' / 'page.md'}: a symbolic link" in printed, printed
     assert outside.read_text() == before
 
 
@@ -62,8 +55,8 @@ def test_a_full_disk_leaves_the_old_page_whole(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("os.fsync", full)
-    result = pages(root)
-    assert result.exit_code != 0 and "No space left on device" in result.output, result.output
+    status, printed = make_pages(root)
+    assert status != 0 and "No space left on device" in printed, printed
     assert page.read_text() == before and not list(page.parent.glob(".page.md.tmp-*"))
 
 
@@ -71,8 +64,8 @@ def test_pages_takes_the_docs_lock(tmp_path):
     root = _tree(tmp_path, f"studies study={STUDY}")
     before = (root / "docs" / "page.md").read_text()
     with DirLock(root / "docs", "documentation"):
-        result = pages(root)
-    assert result.exit_code == 2 and "documentation in use by pid" in result.output, result.output
+        status, printed = make_pages(root)
+    assert status == 2 and "documentation in use by pid" in printed, printed
     assert (root / "docs" / "page.md").read_text() == before
 
 
@@ -80,6 +73,6 @@ def test_the_readme_at_the_repository_root_is_written_too(tmp_path):
     """The README lies in the root itself (not below it): written as docs/ pages are (the writer refused it)."""
     root = _tree(tmp_path, f"studies study={STUDY}")
     (root / "README.md").write_text(f"# R\n\n<!-- generated: studies study={STUDY} -->\n<!-- end generated -->\n")
-    result = pages(root)
-    assert result.exit_code == 0, result.output
+    status, printed = make_pages(root)
+    assert status == 0, printed
     assert "| attention |" in (root / "README.md").read_text()

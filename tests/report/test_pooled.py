@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mecheval.report.pages import PageError, generate
-from mecheval.report.pooled import attribution_runs, left_out, pooled_summary, pooled_table, published_medians
+from pages.blocks import PageError, generate
+from pages.pooled import attribution_runs, left_out, pooled_summary, pooled_table, published_medians
 
 ROOT = Path(__file__).resolve().parents[2]
 D64 = ROOT / "results" / "paper-d64"

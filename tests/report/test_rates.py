@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mecheval.report.rates import bracket_table, coverage_summary, coverage_table, published_cells, rate_figure, rate_table
+from pages.rates import bracket_table, coverage_summary, coverage_table, published_cells, rate_figure, rate_table
 
 
 def _runs(rows):

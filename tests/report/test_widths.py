@@ -169,7 +169,7 @@ def test_report_shows_accuracy_against_width(two_widths):
 
 @pytest.mark.skipif(not QUICK.exists(), reason="the committed quick study is not in this checkout")
 def test_pages_show_accuracy_against_width(tmp_path, two_widths):
-    from mecheval.report import pages
+    from pages import blocks
 
     root = tmp_path / "repo"
     (root / "results" / "cpu" / "widths").mkdir(parents=True)
@@ -178,29 +178,29 @@ def test_pages_show_accuracy_against_width(tmp_path, two_widths):
     (root / "docs").mkdir()
     page = root / "docs" / "page.md"
     page.write_text("# A page\n\n<!-- generated: widths task=ar -->\n<!-- end generated -->\n")
-    pages._table.cache_clear()
-    changed = pages.write_pages(root)
-    data, png = pages.width_files(Path("results/cpu/widths"))
+    blocks._table.cache_clear()
+    changed = blocks.write_pages(root)
+    data, png = blocks.width_files(Path("results/cpu/widths"))
     assert data == Path("docs/figures/widths/cpu-widths.csv") and {data, png, Path("docs/page.md")} <= set(changed)
     assert (root / png).stat().st_size > 1000
     text = page.read_text()
     assert "![Accuracy against width, ours beside the published values](figures/widths/cpu-widths.png)" in text
     assert "| mamba | 32 | 2 | 0.77 [0.72, 0.82] | 0.77 [0.72, 0.81] | inconclusive |" in text
-    assert pages.stale_pages(root) == []
+    assert blocks.stale_pages(root) == []
     table = pd.read_csv(root / data)
     assert math.isclose(table.set_index(["arch", "width"]).at[("attention", 32), "acc"], 0.5)
-    glance = pd.read_csv(root / pages.FIGURE_DATA)  # the study figure: one line per architecture and width
+    glance = pd.read_csv(root / blocks.FIGURE_DATA)  # the study figure: one line per architecture and width
     assert {"mamba (d = 32)", "mamba (d = 64)"} <= set(glance["arch"])
 
 
 @pytest.mark.skipif(not QUICK.exists(), reason="the committed quick study is not in this checkout")
 def test_a_widths_block_without_such_a_study_says_so(tmp_path):
-    from mecheval.report import pages
+    from pages import blocks
 
     (tmp_path / "results" / "cpu").mkdir(parents=True)
     (tmp_path / "results" / "cpu" / "quick").symlink_to(QUICK)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "page.md").write_text("<!-- generated: widths task=ar -->\n<!-- end generated -->\n")
-    out = pages.generate(tmp_path)
+    out = blocks.generate(tmp_path)
     assert "(no study here spans several widths yet)" in out[Path("docs/page.md")]
-    assert not any(pages.WIDTH_DIR in p.parents for p in out)  # no width figure for one width
+    assert not any(blocks.WIDTH_DIR in p.parents for p in out)  # no width figure for one width

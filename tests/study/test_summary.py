@@ -121,7 +121,7 @@ def test_held_out_readouts_are_averaged_and_compared_with_the_published_by_inter
 
 
 def test_a_pool_of_generalisation_runs_shows_the_held_out_readouts_beside_the_published():
-    from mecheval.report.pooled import pooled_summary
+    from pages.pooled import pooled_summary
 
     rows = study_rows().assign(acc_heldout=0.5)
     rows["heldout.acc_all"] = [0.58, 0.60, 0.62, 0.20, 0.22, 0.24]

@@ -3,7 +3,7 @@ Jurafsky and Potts, "Mechanistic evaluation of Transformers and state space mode
 
 Read from the study's plots (final step, best learning rate, 320 test examples; about ±0.005) and its
 code (`aryamanarora/tinylang`). The documentation's "Published setup and numbers" page shows these
-tables (generated from this module by `mecheval pages`). `None` = not reported as a number.
+tables (generated from this module by the repository's `make pages`). `None` = not reported as a number.
 """
 
 from __future__ import annotations

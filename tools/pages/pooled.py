@@ -1,4 +1,4 @@
-"""Several studies' runs read as one (`mecheval pages`' `pooled` block): the study's own tables, across the
+"""Several studies' runs read as one (`make pages`' `pooled` block): the study's own tables, across the
 studies that ran its parts separately (seeds added later, one width per study, another rate).
 
 `pooled_table` is the runs (every run directory under each study's runs/, whether its latest sweep.yaml names

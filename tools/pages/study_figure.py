@@ -1,4 +1,4 @@
-"""The study at a glance: each published finding beside ours (`mecheval pages` draws it).
+"""The study at a glance: each published finding beside ours (`make pages` draws it).
 
 One figure per (task, scale) with committed studies, one panel per quantity (accuracy, @key, @value,
 @query), one line per architecture: a dot per run of ours (the best learning rate of each study;

@@ -1,4 +1,4 @@
-"""The documentation's numbers about committed runs, generated from `results/` (`mecheval pages`).
+"""The documentation's numbers about committed runs, generated from `results/` (`make pages`).
 
 A page (README.md, docs/**/*.md) holds generated blocks between two markers:
 
@@ -19,7 +19,7 @@ KINDs:
     published   a table of `mecheval.report.published` (`table=ar|mamba_conv|based_conv|atr|atr_attribution|heldout`)
     figure      the study figure (`study_figure.py`): each published value beside ours, one image per
                 (task, scale) of `scale=GLOB` (every scale by default)
-    widths      accuracy against width (`widths.py`: the figure and the table compared with the published
+    widths      accuracy against width (`mecheval.report.widths`: the figure and the table compared with the published
                 values) of every study matching as `studies` does whose best-learning-rate runs span several
                 widths (a `studies` section shows it too)
     pooled      the studies matching (`name=NAME task=… scale=GLOB preset=…`) read as one (`pooled.py`), keeping
@@ -64,12 +64,7 @@ from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_r
 from mecheval.report.compare import heldout_cells, published_accuracy, published_heldout, published_verdict
 from mecheval.report.decide import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE, compare_accuracy
 from mecheval.report.findings import ACCURACY, FINDINGS, MECHANISM, Finding, Outcome, checked, conv_evidence, finding_row
-from mecheval.report.markup import md_code, md_text, slug
-from mecheval.report.modern import modern_rows, two_token_answer
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
-from mecheval.report.rates import (bracket_table, committed_runs, coverage_summary, coverage_table, rate_figure,
-                                   rate_table)
-from mecheval.report.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.report.timelines import formation_steps, timeline_table
 from mecheval.report.widths import readable_widths, spans_widths, width_table
@@ -77,6 +72,10 @@ from mecheval.study.command import rebuilds_spec, study_command
 from mecheval.sweeps.runner import RUNS, SPEC
 from mecheval.sweeps.spec import load_sweep, run_overrides
 from mecheval.training.lock import DirLock
+from pages.markup import md_code, md_text, slug
+from pages.modern import modern_rows, two_token_answer
+from pages.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
+from pages.rates import bracket_table, committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 RESULTS = "results"
@@ -753,7 +752,7 @@ def pointer_rows(root: Path) -> list[dict]:
 
 def draw_rates(table: pd.DataFrame, path: Path) -> None:
     """`rates.rate_figure` of `rates_data` (read back from its CSV) as an optimised PNG at `path`."""
-    from mecheval.report.study_figure import save_figure
+    from pages.study_figure import save_figure
 
     save_figure(rate_figure(table.fillna({"grammar": ""})), path)
 
@@ -804,7 +803,7 @@ def measured_block(args: dict[str, str], page: Path) -> str:
 def figure_block(root: Path, args: dict[str, str], page: Path) -> str:
     """The study figure's panels for the scales matching `scale=` (a glob; all where absent), one image per
     (task, scale), each under a line naming it."""
-    from mecheval.report.study_figure import figure_data, figure_name, groups
+    from pages.study_figure import figure_data, figure_name, groups
 
     shown = [(t, s) for t, s in groups(figure_data(_figure_tables(root))) if fnmatch.fnmatchcase(s, args.get("scale", "*"))]
     if not shown:
@@ -878,7 +877,7 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
 def generate(root: Path) -> dict[Path, str]:
     """page -> its text with every generated block filled, for the pages that have blocks; the study
     figure's data (FIGURE_DATA) and each accuracy-against-width figure's (`width_files`) as CSV text."""
-    from mecheval.report.study_figure import figure_data
+    from pages.study_figure import figure_data
 
     root = Path(root)
     index = _index(root)
@@ -911,7 +910,7 @@ def stale_pages(root: Path) -> list[Path]:
 def drawings(root: Path) -> list[tuple[Path, Path, Callable[[pd.DataFrame, Path], None]]]:
     """(CSV, PNG, draw) of every figure the pages show, each drawn from its CSV: the study figure, each study's
     accuracy against width, each `pooled` block's figures (those whose CSV `generate` writes)."""
-    from mecheval.report.study_figure import draw, figure_name, groups
+    from pages.study_figure import draw, figure_name, groups
 
     shown = groups(pd.read_csv(root / FIGURE_DATA)) if (root / FIGURE_DATA).exists() else []
     return ([(FIGURE_DATA, FIGURE_PNGS / figure_name(t, s), functools.partial(draw, task=t, scale=s)) for t, s in shown]
@@ -923,7 +922,7 @@ def drawings(root: Path) -> list[tuple[Path, Path, Callable[[pd.DataFrame, Path]
 
 def write_pages(root: Path) -> list[Path]:
     """Fill every generated block and draw the figures (`drawings`; each where its data changed or its PNG
-    is missing); returns the files that changed. Holds docs/'s lock (one `mecheval pages` at a time); every
+    is missing); returns the files that changed. Holds docs/'s lock (one `make pages` at a time); every
     file is written whole or not at all and never through a symbolic link (`common.atomic_write_bytes`)."""
     root = Path(root)
     changed = []
@@ -945,7 +944,7 @@ def write_pages(root: Path) -> list[Path]:
 def draw_boxes(runs: pd.DataFrame, path: Path) -> None:
     """`figures.boxes_figure` of `pooled.attribution_runs`' table (read back from its CSV) at `path`."""
     from mecheval.report.figures import boxes_figure, colours
-    from mecheval.report.study_figure import save_figure
+    from pages.study_figure import save_figure
 
     save_figure(boxes_figure(runs, colours(list(dict.fromkeys(runs["arch"]))), published_medians(runs)), path)
 
@@ -953,7 +952,7 @@ def draw_boxes(runs: pd.DataFrame, path: Path) -> None:
 def draw_widths(table: pd.DataFrame, path: Path) -> None:
     """`widths.width_figure` of a `width_table` (read back from its CSV) as an optimised PNG at `path`."""
     from mecheval.report.figures import colours
-    from mecheval.report.study_figure import save_figure
+    from pages.study_figure import save_figure
     from mecheval.report.widths import width_figure
 
     save_figure(width_figure(table, colours(list(dict.fromkeys(table["arch"])))), path)
