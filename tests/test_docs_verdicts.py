@@ -36,7 +36,7 @@ def test_the_numbers_by_distance_are_the_committed_ones():
 
 
 def test_what_the_main_jobs_findings_rest_on_is_what_the_three_seeds_show():
-    from mecheval.report.build import study_findings
+    from mecheval.report.analyse import study_findings
 
     found = {f: o.status for f, o in study_findings(ROOT / "results/cpu/quick").items()}
     assert found == {"attention_induction": "not reproduced", "mamba_direct": "reproduced",

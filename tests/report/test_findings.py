@@ -257,7 +257,8 @@ def test_the_atr_twist_is_stated_as_measured():
 def test_the_terminal_prints_each_finding_with_its_parts_and_share_of_seeds(tmp_path):
     from rich.console import Console
 
-    from mecheval.report.build import Report, summarise
+    from mecheval.report.analyse import summarise
+    from mecheval.report.build import Report
     from mecheval.report.terminal import print_summary
 
     rows = runs(("mamba", 0.65, DIR, 0.0, 0.6, 0.4, 0.25)).assign(

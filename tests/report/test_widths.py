@@ -75,7 +75,7 @@ RUNS = [  # arch, name, conv, width, seeds, acc, lo, hi -> the comparison with t
 
 
 def _hand_made() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(summary, study table) as `build.summarise` and `results.study_table` give them, by hand."""
+    """(summary, study table) as `analyse.summarise` and `results.study_table` give them, by hand."""
     summary = pd.DataFrame([{"arch": a, "model.d_model": w, "optim.lr": 1e-3, "seeds": s, "acc": m,
                              "acc_outside": m, "acc_outside_lo": lo, "acc_outside_hi": hi}
                             for a, _, _, w, s, m, lo, hi in RUNS])

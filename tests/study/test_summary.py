@@ -7,7 +7,8 @@ import pytest
 
 from rich.console import Console
 
-from mecheval.report.build import GRAMMAR, Report, accuracy_bars, seeds_table, summarise
+from mecheval.report.analyse import seeds_table, summarise
+from mecheval.report.build import GRAMMAR, Report, accuracy_bars, seeds_for_people
 from mecheval.report.decide import multi_bootstrap
 from mecheval.report.figures import accuracy_figure
 from mecheval.report.terminal import print_summary
@@ -36,12 +37,14 @@ def test_seeds_are_averaged_into_one_row_with_the_most_common_verdict():
     assert summary["verdicts"].tolist() == ["induction 2, mixed 1", "direct retrieval 3"]  # no seed hidden
     assert GRAMMAR not in summary  # one grammar: no column for it
     seeds = seeds_table(study_rows())
-    np.testing.assert_allclose(seeds["sd"], [0.1, 0.1])
-    assert seeds["min"].tolist() == [0.8, 0.5] and seeds["max"].tolist() == [1.0, 0.7]
-    np.testing.assert_allclose(seeds["@value mean (learned seeds)"], [0.9, 0.6])  # every seed learned here
+    np.testing.assert_allclose(seeds["acc_std"], [0.1, 0.1])
+    assert seeds["acc_min"].tolist() == [0.8, 0.5] and seeds["acc_max"].tolist() == [1.0, 0.7]
+    np.testing.assert_allclose(seeds["value_mean"], [0.9, 0.6])  # every seed learned here
     rows = study_rows()
     rows.loc[rows["arch"] == "mamba", "verdict"] = "not learned"
-    assert seeds_table(rows)["@value mean (learned seeds)"].isna().tolist() == [False, True]
+    assert seeds_table(rows)["value_mean"].isna().tolist() == [False, True]
+    people = seeds_for_people(seeds_table(study_rows()))  # what the report shows
+    assert list(people.columns[:4]) == ["architecture", "width", "learning rate", "seeds"] and "sd" in people
 
 
 def test_several_grammars_keep_a_row_each_and_draw():

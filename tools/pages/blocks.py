@@ -59,8 +59,9 @@ import pandas as pd
 from mecheval.common import atomic_write_text, check_inside, read_table, safe_mkdir
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
-from mecheval.report.build import (FORMATION_NOTE, best_runs, conv_evidence_by_run, formation_table, state_table,
-                                   study_findings, study_meta, summarise)
+from mecheval.report.analyse import (best_runs, conv_evidence_by_run, formation_table, state_table, study_findings,
+                                     study_meta, summarise)
+from mecheval.report.build import FORMATION_NOTE
 from mecheval.report.compare import heldout_cells, published_accuracy, published_heldout, published_verdict
 from mecheval.report.decide import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE, compare_accuracy
 from mecheval.report.findings import ACCURACY, FINDINGS, MECHANISM, Finding, Outcome, checked, conv_evidence, finding_row

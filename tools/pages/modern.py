@@ -20,7 +20,7 @@ import pandas as pd
 from mecheval.common import read_table
 from mecheval.interventions.two_token import AT_VALUE, NOT_VALUE, TWO_TOKEN
 from mecheval.interventions.verdict import NOT_LEARNED
-from mecheval.report.build import interval_over_seeds
+from mecheval.report.analyse import interval_over_seeds
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below
 from mecheval.report.findings import conv_evidence
 
@@ -98,7 +98,7 @@ def two_token_answer(best: pd.DataFrame, arch: str = "mamba3") -> tuple[str, str
 
 
 def modern_rows(summary: pd.DataFrame, best: pd.DataFrame) -> list[dict]:
-    """One row per architecture (`build.summarise`'s rows, best learning rate): its conv, seeds, accuracy with
+    """One row per architecture (`analyse.summarise`'s rows, best learning rate): its conv, seeds, accuracy with
     its interval, the verdicts' shares, and where key and value meet in each learned seed."""
     rows = []
     for _, r in summary.iterrows():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.interventions.verdict import shows_attributions
-from mecheval.report.build import summarise
+from mecheval.report.analyse import summarise
 from mecheval.report.compare import heldout_cells, published_attribution, published_words
 from mecheval.report.decide import compare_accuracy
 from mecheval.report.figures import POSITIONS
@@ -32,7 +32,7 @@ def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
     already holds (the same run committed twice, e.g. read again beside other architectures; a run trained again
     differs in its timings) is kept once, from the first study; `best_lr` is chosen anew over all of them (`sweeps.table.best_lr`), so that seeds run in another study count toward the same selection.
     ValueError where best runs of one architecture, width and rate differ in another field (a train order):
-    they are two designs, and `build.summarise` would average them as seeds."""
+    they are two designs, and `analyse.summarise` would average them as seeds."""
     if not study_dirs:
         raise ValueError("pooled_table: no studies given")
     raws = [collect(d, every_run=True) for d in study_dirs]
@@ -63,7 +63,7 @@ def _one_design(raw: pd.DataFrame, df: pd.DataFrame, config: list[str]) -> None:
 def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per architecture (width, grammar where they vary) of `pooled_table`'s best-learning-rate runs,
     for people: seeds, accuracy outside the conv reach with its 95% interval (over seeds where several:
-    `build.summarise`), the published accuracy with its 320-example interval and the two compared
+    `analyse.summarise`), the published accuracy with its 320-example interval and the two compared
     (`decide.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
     seeds, interval; `–` where most seeds did not learn) beside the study's published median (ATR only); for a
     generalisation study, accuracy and @value on the held-out pairs beside the study's."""

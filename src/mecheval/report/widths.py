@@ -29,7 +29,7 @@ COLUMNS = ["panel", "arch", "width", "seeds", "acc", "acc_lo", "acc_hi", "publis
 
 
 def spans_widths(summary: pd.DataFrame) -> bool:
-    """Do the study's best-learning-rate runs (`build.summarise`'s rows) span more than one width?"""
+    """Do the study's best-learning-rate runs (`analyse.summarise`'s rows) span more than one width?"""
     return summary["model.d_model"].nunique() > 1
 
 
@@ -48,7 +48,7 @@ def width_table(summary: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     outside the conv reach where intervened on; NaN at a width we did not run), the published accuracy (NaN
     where the study states none) and the comparison (blank unless both are there).
 
-    summary: `build.summarise`'s rows (one per architecture, width[, grammar]); df: the study table, for
+    summary: `analyse.summarise`'s rows (one per architecture, width[, grammar]); df: the study table, for
     each label's architecture as data (`arch_name`, `arch_conv`), task (`task.name`) and grammar.
     """
     parts = df.drop_duplicates("arch").set_index("arch")

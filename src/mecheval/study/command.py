@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from mecheval.plugins import is_import_path
-from mecheval.report.build import STUDY_JSON, study_meta
+from mecheval.report.analyse import STUDY_JSON, study_meta
 from mecheval.study.presets import PAPER_TRAIN_ORDER, SCALES, STUDIES, point_label
 from mecheval.sweeps.runner import SPEC
 from mecheval.sweeps.spec import load_sweep

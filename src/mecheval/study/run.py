@@ -27,7 +27,7 @@ from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import snapshot_steps
 from mecheval.report import Report, build_report
-from mecheval.report.build import STUDY_JSON
+from mecheval.report.analyse import STUDY_JSON
 from mecheval.study.presets import STUDIES, TIMELINE_EXAMPLES, Study
 from mecheval.study.progress import training_bars
 from mecheval.sweeps import SweepConfig, collect, run_sweep
