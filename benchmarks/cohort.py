@@ -1,0 +1,90 @@
+"""Cohorts against solo runs: model-steps/s of K runs trained as one job (`training.cohort`) and of one run alone,
+per architecture, at the published AR shape (`paper_scale.paper_config`: T = 37, d = 64, 2 layers, batch 32).
+
+For each architecture and K, one solo run and then the cohort (seeds 0 … K−1, learning rates cycling over the
+published 1e-3, 3e-3, 1e-2) train `--steps` steps each, side by side in this one process, so that the ratio holds
+where a shared machine's rates move. A rate is steps over the training time the summaries record (evaluation
+and logging included, model building not): on a CPU this process's CPU seconds (a shared machine's other jobs
+stretch the wall clock, not these), on a GPU wall seconds; a solo run's steps per second, a cohort's K · steps
+over the sum of its members' times (the cohort's own). Ratio: the cohort's per-model rate over the solo run's
+(K separate runs one after another train at the solo rate). The training set is a pool of `--pool` examples read in one order each epoch,
+as published but smaller, so that K pools build fast. Each architecture first trains 2 untimed steps (the numba
+kernels compile or load: a first solo run paid it in its CPU time). Device: cuda where torch sees one, else the CPU
+with one thread.
+
+    python benchmarks/cohort.py [--archs attention,mamba] [--ks 1,16,64] [--engines loop,vmap] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+from paper_scale import paper_config
+
+from mecheval.training import train, validate_config
+from mecheval.training.cohort import train_cohort
+
+LRS = (1e-3, 3e-3, 1e-2)
+
+
+def run_config(preset: str, steps: int, pool: int, device: str, seed: int = 0, lr: float = LRS[0]):
+    cfg = paper_config(preset, device=device)
+    return validate_config({**cfg, "steps": steps, "log_every": steps, "checkpoint_every": steps, "train_size": pool,
+                            "train_order": "replay", "eval": {"every": steps, "size": 32, "splits": ["test"]},
+                            "seed": seed, "optim": {"lr": lr}})
+
+
+def seconds(summary: dict) -> float:
+    """The training time a summary records: CPU seconds on a CPU, wall seconds on a GPU."""
+    return summary["wall_time_s"] if summary["device"].startswith("cuda") else summary["cpu_time_s"]
+
+
+def solo_rate(preset: str, steps: int, pool: int, device: str, tmp: Path) -> float:
+    """One run's steps per second."""
+    summary = train(run_config(preset, steps, pool, device), tmp, quiet=True)
+    return summary["steps"] / seconds(summary)
+
+
+def cohort_rate(preset: str, k: int, engine: str, steps: int, pool: int, device: str, tmp: Path) -> float:
+    """K members' model-steps per second as one cohort."""
+    members = [(run_config(preset, steps, pool, device, seed, LRS[seed % len(LRS)]), tmp / f"member-{seed}") for seed in range(k)]
+    results = train_cohort(members, engine=engine, quiet=True)
+    failed = [r for r in results if not isinstance(r, dict)]
+    if failed:
+        raise RuntimeError(f"{preset} K={k} {engine}: {failed[0]}")
+    return sum(r["steps"] for r in results) / sum(seconds(r) for r in results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archs", default="attention,mamba,deltanet,hyena", help="architecture presets, comma-separated")
+    parser.add_argument("--ks", default="1,16,64", help="cohort sizes, comma-separated (256 too, where it fits)")
+    parser.add_argument("--engines", default="loop,vmap", help="cohort engines, comma-separated")
+    parser.add_argument("--steps", type=int, default=30, help="training steps of every run")
+    parser.add_argument("--pool", type=int, default=2048, help="training examples per run")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(1)
+    where = torch.cuda.get_device_name() if device == "cuda" else "CPU, 1 thread, per CPU second"
+    print(f"## model-steps/s, AR at d = 64 (T = 37, batch 32, 2 layers), {args.steps} steps per run, {where}, "
+          f"torch {torch.__version__}")
+    print("| architecture | K | engine | solo | cohort | cohort / solo, per model |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        n = 0
+        for preset in args.archs.split(","):
+            solo_rate(preset, 2, args.pool, device, Path(tmp) / f"warm-{preset}")  # numba compiles (or loads) its kernels
+            for k in (int(k) for k in args.ks.split(",")):
+                for engine in args.engines.split(","):
+                    n += 1
+                    solo = solo_rate(preset, args.steps, args.pool, device, Path(tmp) / f"solo-{n}")
+                    rate = cohort_rate(preset, k, engine, args.steps, args.pool, device, Path(tmp) / f"cohort-{n}")
+                    print(f"| {preset} | {k} | {engine} | {solo:.1f} | {rate:.1f} | {rate / solo:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
