@@ -141,3 +141,18 @@ def test_checks_are_one_line_each_and_kept_to_their_scale(tmp_path):
     assert "| cpu |" not in generate(_tree(tmp_path / "b", "checks scale=paper-d*")).get(Path("docs/page.md"), "")
     assert "| cpu |" not in generate(_tree(tmp_path / "c", "checks scale=cpu name=quick-main*")).get(Path("docs/page.md"), "")
     assert generate(_tree(tmp_path / "d", "checks scale=cpu name=qu*"))[Path("docs/page.md")].count("| cpu |") == 4
+
+
+def test_the_design_block_reads_each_trial_sweep_and_refuses_a_mixed_one(tmp_path):
+    trials = ROOT / "results" / "cpu" / "quick-design"
+    (tmp_path / "results" / "t" / "a" / "runs").mkdir(parents=True)
+    for run in sorted((trials / "attention-lr1e-3" / "runs").iterdir()):
+        (tmp_path / "results" / "t" / "a" / "runs" / run.name).symlink_to(run)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("<!-- generated: design dir=results/t -->\n<!-- end generated -->\n")
+    text = generate(tmp_path)[Path("docs/page.md")]
+    assert "| `results/t/a` | attention | 0.001 | 128 | 3,000 | 0: 1.00, 1: 0.09, 2: 0.13, 3: 1.00, 4: 0.11, 5: 0.11 | 2 of 6 |" in text
+    other = next((trials / "attention-5000-steps" / "runs").iterdir())  # another design in the same sweep
+    (tmp_path / "results" / "t" / "a" / "runs" / other.name).symlink_to(other)
+    with pytest.raises(PageError, match="results/t/a mixes 2 designs"):
+        generate(tmp_path)

@@ -35,6 +35,8 @@ KINDs:
     prompts     per scale and task, the share of test prompts seen in training, and accuracy on all prompts
                 beside accuracy on the unseen ones the readouts read (verdict.json)
     pointers    every learned run whose query carries part of the effect, with its pointer control
+    design      the trial sweeps under `dir=results/SCALE/NAME` (one per subdirectory): per sweep its design
+                (architecture, rate, batch, schedule) and each seed's final test accuracy, how many learned
     modern      the studies chosen as `studies` does (`preset=modern scale=cpu`), read as one pool: each
                 architecture's accuracy, verdicts' shares and where key and value meet, and Mamba-3's answer: does
                 its two-token term play the conv's role (`modern.py`)
@@ -63,7 +65,7 @@ from mecheval.report.analyse import (best_runs, conv_evidence_by_run, formation_
                                      study_meta, summarise)
 from mecheval.report.build import FORMATION_NOTE
 from mecheval.report.compare import heldout_cells, published_accuracy, published_heldout, published_verdict
-from mecheval.report.decide import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE, compare_accuracy
+from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE, compare_accuracy
 from mecheval.report.findings import ACCURACY, FINDINGS, MECHANISM, Finding, Outcome, checked, conv_evidence, finding_row
 from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
@@ -73,6 +75,7 @@ from mecheval.study.command import rebuilds_spec, study_command
 from mecheval.sweeps.runner import RUNS, SPEC
 from mecheval.sweeps.spec import load_sweep, run_overrides
 from mecheval.training.lock import DirLock
+from mecheval.training.run_dir import RunDir
 from pages.markup import md_code, md_text, slug
 from pages.modern import modern_rows, two_token_answer
 from pages.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
@@ -702,6 +705,32 @@ def coverage_block(root: Path) -> str:
             f"scale; its accuracy is the best rate's (mean over seeds). {RULE}")
 
 
+def design_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
+    """Per trial sweep under `dir=` (each subdirectory with runs/, a sweep of one design over seeds): the design
+    (architecture, learning rate, batch, schedule steps), each seed's final test accuracy (its last evaluation),
+    how many seeds learned (final test accuracy >= HIGH_ACC) and the training CPU minutes. Finished runs only."""
+    where = root / args.get("dir", "")
+    sweeps = sorted(p.parent for p in where.glob(f"*/{RUNS}")) if "dir" in args else []
+    if not sweeps:
+        raise PageError(f"{page}: generated block 'design {_args(args)}': no sweep under dir=")
+    rows = []
+    for sweep in sweeps:
+        runs = [RunDir(r) for r in sorted((sweep / RUNS).iterdir()) if RunDir(r).finished]
+        configs = [r.read_config() for r in runs]
+        finals = {c.seed: [m for m in r.read_metrics() if "eval" in m][-1]["eval"]["test"]["acc"] for r, c in zip(runs, configs)}
+        cpu = sum(r.read_summary()["cpu_time_s"] for r in runs) / 60
+        designs = {(c.model.preset, c.optim.lr, c.batch_size, c.steps) for c in configs}
+        if len(designs) != 1:
+            raise PageError(f"{page}: generated block 'design {_args(args)}': {sweep} mixes {len(designs)} designs")
+        [(arch, lr, batch, steps)] = designs
+        rows.append({"trial": md_code(str(sweep.relative_to(root))), "architecture": arch, "lr": f"{lr:g}",
+                     "batch": batch, "schedule (steps)": f"{steps:,}",
+                     "final test accuracy by seed": ", ".join(f"{s}: {a:.2f}" for s, a in sorted(finals.items())),
+                     "learned": f"{sum(a >= HIGH_ACC for a in finals.values())} of {len(finals)}",
+                     "CPU min": f"{cpu:.1f}"})
+    return rows
+
+
 def prompt_rows(root: Path) -> list[dict]:
     """Per scale and task (ATR: grammar) of the runs read on prompts unseen in training (verdict.json `prompts`):
     the studies and runs, the share of test prompts seen in training (range over runs), and the mean accuracy
@@ -869,9 +898,11 @@ def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
         body = figure_block(root, args, page)
     elif kind == "modern":
         body = modern_block(root, args, page)
+    elif kind == "design":
+        body = _markdown(design_rows(root, args, page))
     else:
         raise PageError(f"{page}: unknown generated block '{kind}' (findings, checks, measured, studies, published, figure, widths, pooled, "
-                        "costs, rounding, rates, coverage, prompts, pointers, modern)")
+                        "costs, rounding, rates, coverage, prompts, pointers, modern, design)")
     return body.rstrip() + "\n"
 
 
