@@ -237,3 +237,16 @@ def test_recheck_brings_earlier_verdicts_to_the_current_rules(tiny_study, tmp_pa
         _, task, cfg = load_run(run)
         batch, _ = unseen_sample(task, 64, 0, "test", run_training_ids(run, cfg))
         assert pd.read_parquet(run / "examples.parquet")["id"].tolist() == example_ids(batch)
+
+
+def test_without_training_a_study_reads_the_runs_finished_so_far(tiny_study, tmp_path):
+    """train=False (a study stopped partway): a finished run without readouts is read, an unfinished one is
+    neither trained nor read, and the report is written."""
+    out = tmp_path / "copy"
+    shutil.copytree(tiny_study[0], out)
+    unfinished, unread = sorted((out / "runs").iterdir())[:2]
+    for path in (unfinished / "summary.json", unfinished / "verdict.json", unread / "verdict.json", out / "report.md"):
+        path.unlink()
+    run_study(TINY, out, workers=1, n_examples=64, quiet=True, train=False)
+    assert (unread / "verdict.json").exists() and (out / "report.md").exists()
+    assert not (unfinished / "summary.json").exists() and not (unfinished / "verdict.json").exists()

@@ -5,6 +5,7 @@ logged loss, with the same accuracies; for every zoo architecture on a tiny AR t
 
 import pathlib
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -168,3 +169,18 @@ def test_a_model_vmap_cannot_run_is_refused_by_name(tmp_path, member_config):
         cohort(configs, tmp_path, "vmap")
     summaries, _ = cohort(configs, tmp_path, "loop")
     assert [s["steps"] for s in summaries] == [12, 12]
+
+
+def test_a_member_reads_the_verdict_of_its_solo_run(tmp_path, member_config):
+    """Issue 54 item 4: a loop cohort's member (bitwise its solo run) gets its solo run's readouts: the same
+    interventions table and verdict.json."""
+    from mecheval.interventions.runs import intervene_run, read_verdict_file
+
+    configs = [member_config(**m) for m in MEMBERS]
+    solo = solo_runs(configs[:1], tmp_path)[0]
+    member = cohort(configs, tmp_path, "loop")[1][0]
+    for run_dir in (solo, member):
+        intervene_run(run_dir, corrupt=["key"], n=32, sites=["resid_pre"], on_note=lambda note: None)
+    assert read_verdict_file(member) == read_verdict_file(solo)
+    tables = [pd.read_parquet(d / "interventions.parquet") for d in (member, solo)]
+    pd.testing.assert_frame_equal(*tables, check_exact=True)

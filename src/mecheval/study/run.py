@@ -25,7 +25,7 @@ from mecheval.interventions.patching import N_EXAMPLES
 from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_verdict_file, recheck_run, relabel_run,
                                          split_dir, verdict_is_current, write_examples)
 from mecheval.interventions.timeline import timeline
-from mecheval.training.run_dir import snapshot_steps
+from mecheval.training.run_dir import RunDir, snapshot_steps
 from mecheval.report import Report, build_report
 from mecheval.report.analyse import STUDY_JSON
 from mecheval.study.presets import STUDIES, TIMELINE_EXAMPLES, Study
@@ -54,6 +54,7 @@ def run_study(
     quiet: bool = False,
     new: bool = False,
     cohort: int | str | None = None,
+    train: bool = True,
     **axes,
 ) -> Report:
     """Runs (or resumes) the study `preset` (a name, or a Study) at `scale` in `out`; writes its report.
@@ -61,6 +62,8 @@ def run_study(
     axes: `widths`, `lrs`, `seeds`, `archs` restrict or replace the scale's sweep (`Study.sweep`).
     new: restart afresh the runs in `out` made with a different spec (else they are refused).
     cohort: train runs that differ only in seed, lr and weight decay as cohorts (`run_sweep`'s `cohort`).
+    train: False trains nothing: the readouts and the report of the study's runs finished so far (a study
+    stopped partway, read while it waits to be resumed).
     Only the study's own runs are intervened on and reported, whatever else `out` holds.
     """
     study = preset if isinstance(preset, Study) else get_study(preset)
@@ -70,16 +73,20 @@ def run_study(
 
     start = time.perf_counter()
     planned = {run.name: run.config.steps for run in expand(sweep)}
-    with training_bars(out, planned, quiet) as finished:
-        outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=finished, new=new, cohort=cohort)
-    failed = [o for o in outcomes if o.error]
-    if failed:
-        raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))
+    if train:
+        with training_bars(out, planned, quiet) as finished:
+            outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=finished, new=new, cohort=cohort)
+        failed = [o for o in outcomes if o.error]
+        if failed:
+            raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))
+        names = [o.name for o in outcomes]
+    else:
+        names = [name for name in planned if RunDir(out / RUNS / name).finished]
     times["train_s"] = time.perf_counter() - start
 
     with DirLock(out, "study directory"):  # readouts written: no report reads the study meanwhile
         start = time.perf_counter()
-        runs = sorted(out / RUNS / o.name for o in outcomes)
+        runs = sorted(out / RUNS / name for name in names)
         todo = []
         for split in ("test", *study.splits):  # the test split, then the study's further ones (ATR's held-out pairs)
             for run_dir in runs:
