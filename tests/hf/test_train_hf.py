@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from mecheval import load_run
 from mecheval.cli import app
 from mecheval.hf import HFLM
-from mecheval.report.results import arch_parts
+from mecheval.store.identity import arch_parts
 from mecheval.study.presets import STUDIES
 from mecheval.sweeps.spec import SweepConfig, expand
 from mecheval.training.config import TrainConfig, format_validation_error

@@ -135,7 +135,7 @@ def test_atr_depth_runs_the_twist_architectures_at_their_atr_rates():
 
 
 def test_labels_name_depth_and_positions_as_reports_read_them_from_configs():
-    from mecheval.report.results import arch_parts, arch_variant
+    from mecheval.store.identity import arch_parts, arch_variant
     from mecheval.models.presets import arch_label
 
     sweep = STUDIES["ar-depth"].sweep("paper", widths=[64])

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import atomic_write_text, check_inside, read_table, safe_mkdir
+from mecheval.common import atomic_write_text, check_inside, safe_mkdir
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.analyse import (best_runs, conv_evidence_by_run, formation_table, state_table, study_findings,
@@ -71,9 +71,10 @@ from mecheval.report.fit import FIT_NOTE, any_fits_only, fit_table
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.report.timelines import formation_steps, timeline_table
 from mecheval.report.widths import readable_widths, spans_widths, width_table
+from mecheval.store import runs as store_runs, studies as store_studies
 from mecheval.study.command import rebuilds_spec, study_command
 from mecheval.sweeps.runner import RUNS, SPEC
-from mecheval.sweeps.spec import load_sweep, run_overrides
+from mecheval.sweeps.spec import run_overrides
 from mecheval.training.lock import DirLock
 from mecheval.training.run_dir import RunDir
 from pages.markup import md_code, md_text, slug
@@ -534,7 +535,7 @@ def findings_checked(fids: list[str], table: pd.DataFrame) -> list[dict]:
 def _made_by(path: Path, command: str) -> str:
     """`Made by COMMAND.`, saying where the preset has changed since (`rebuilds_spec`) and where earlier calls
     made some of the runs (run directories the spec does not name)."""
-    named = {name for name, _ in run_overrides(load_sweep(path / SPEC))}
+    named = {name for name, _ in run_overrides(store_studies.spec(path / SPEC))}
     runs = {d.name for d in (path / RUNS).iterdir() if d.is_dir()} if (path / RUNS).is_dir() else set()
     text = f"Made by {md_code(command)}" if runs <= named else (
         f"{md_code(command)} makes {len(runs & named)} of its {len(runs)} runs; earlier calls made the others (each run's "
@@ -717,8 +718,8 @@ def design_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     for sweep in sweeps:
         runs = [RunDir(r) for r in sorted((sweep / RUNS).iterdir()) if RunDir(r).finished]
         configs = [r.read_config() for r in runs]
-        finals = {c.seed: [m for m in r.read_metrics() if "eval" in m][-1]["eval"]["test"]["acc"] for r, c in zip(runs, configs)}
-        cpu = sum(r.read_summary()["cpu_time_s"] for r in runs) / 60
+        finals = {c.seed: [m for m in store_runs.metrics(r.path) if "eval" in m][-1]["eval"]["test"]["acc"] for r, c in zip(runs, configs)}
+        cpu = sum(store_runs.summary(r.path)["cpu_time_s"] for r in runs) / 60
         designs = {(c.model.preset, c.optim.lr, c.batch_size, c.steps) for c in configs}
         if len(designs) != 1:
             raise PageError(f"{page}: generated block 'design {_args(args)}': {sweep} mixes {len(designs)} designs")
@@ -772,7 +773,7 @@ def pointer_rows(root: Path) -> list[dict]:
             path = Path(r["run_dir"]) / POINTER
             if r["verdict"] == "not learned" or not path.exists():
                 continue
-            p = read_table(path, POINTER_COLUMNS).iloc[0]
+            p = store_runs.table(path, POINTER_COLUMNS).iloc[0]
             rows.append({"study": md_text(f"{study.parent.name}/{study.name}"), "architecture": md_text(r["arch"]),
                          "seed": _num(r.get("seed"), 0), "verdict": r["verdict"], "@query": _interval(r, "attrib@query"),
                          "follows the answer": _interval(p, "answer"), "follows the old position": _interval(p, "position"),

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import read_table
 from mecheval.interventions.two_token import AT_VALUE, NOT_VALUE, TWO_TOKEN
 from mecheval.interventions.verdict import NOT_LEARNED
 from mecheval.report.analyse import interval_over_seeds
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below
 from mecheval.report.findings import conv_evidence
+from mecheval.store import runs as store_runs
 
 TWO_TOKEN_COLUMNS = ("layers", "acc", "acc_lo", "acc_hi", "n")
 PLAYS, DOES_NOT = "plays the conv's role", "does not play the conv's role"
@@ -34,7 +34,7 @@ def two_token_read(run_dir: str | Path) -> dict | None:
     path = Path(run_dir) / TWO_TOKEN
     if not path.exists():
         return None
-    table = read_table(path, TWO_TOKEN_COLUMNS).set_index("layers")
+    table = store_runs.table(path, TWO_TOKEN_COLUMNS).set_index("layers")
     if len(table) < 2:
         return None
     whole = [layers for layers in table.index if layers != "none" and "@" not in layers]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import ConfigError, read_json_object, read_table
+from mecheval.common import ConfigError
 from mecheval.interventions.accuracy import ACCURACY_COLUMNS
 from mecheval.interventions.state_readout import COLUMNS as STATE_COLUMNS, state_summary
 from mecheval.interventions.verdict import shows_attributions
@@ -22,22 +22,15 @@ from mecheval.report.paired import paired_runs
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.report.timelines import formation_steps, timeline_table
 from mecheval.report.widths import spans_widths, width_table
-
-STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, timings
-
+from mecheval.store import runs as store_runs, studies
 
 def study_meta(study_dir: Path) -> dict:
-    """study.json (an object: its strings strings, `findings` a list of known findings, `n_examples` an int,
-    where present); {} where absent; ConfigError naming the file otherwise. Every reader of study.json reads it here."""
-    path = study_dir / STUDY_JSON
-    if not path.exists():
-        return {}
-    meta = read_json_object(path, {}, optional={**{k: str for k in ("description", "preset", "scale", "cpu_drops")},
-                                                "wall_time_s": (int, float), "findings": list, "n_examples": int,
-                                                "archs": (list, type(None))})
+    """study.json (`store.studies.meta`: {} where absent) with `findings` a list of known findings; ConfigError
+    naming the file otherwise."""
+    meta = studies.meta(study_dir)
     unknown = [f for f in meta.get("findings", []) if not isinstance(f, str) or f not in FINDINGS]
     if unknown:
-        raise ConfigError(f"{path}: unknown findings {unknown}; known: {', '.join(FINDINGS)}")
+        raise ConfigError(f"{Path(study_dir) / studies.STUDY_JSON}: unknown findings {unknown}; known: {', '.join(FINDINGS)}")
     return meta
 
 
@@ -230,7 +223,7 @@ def artefact_table(best: pd.DataFrame) -> pd.DataFrame:
         path = Path(r["run_dir"]) / "accuracy.parquet"
         if not path.exists():
             continue
-        acc = read_table(path, ACCURACY_COLUMNS).set_index("subset")
+        acc = store_runs.table(path, ACCURACY_COLUMNS).set_index("subset")
         row = {"arch": r["arch"], "seed": r["seed"]}
         for subset in ("all", "outside", "inside"):
             if subset in acc.index and acc.at[subset, "n"] > 0:
@@ -293,7 +286,7 @@ def state_table(best: pd.DataFrame) -> pd.DataFrame:
         path = Path(str(r.get("run_dir"))) / "state_curve.parquet"
         if not path.exists() or r.get("verdict") == "not learned":  # nothing to restore: attributions are noise
             continue
-        for _, s in state_summary(read_table(path, STATE_COLUMNS)).iterrows():
+        for _, s in state_summary(store_runs.table(path, STATE_COLUMNS)).iterrows():
             rows.append({"arch": r["arch"], "seed": r["seed"], "mechanism": r.get("verdict"), "layer": int(s["layer"]),
                          "enters at": f"key+{int(s['enters'])}", "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
                          "before the answer": with_interval(s["last"], s["last_lo"], s["last_hi"]), "n": int(s["last_n"])})

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import read_table
 from mecheval.interventions.conv_window import CELL_COLUMNS, best_cell
 from mecheval.interventions.metrics import above_chance
 from mecheval.models.presets import arch_label
@@ -35,6 +34,7 @@ from mecheval.report.decide import (FORMED, HIGH, HIGH_ACC, INCONCLUSIVE, LOW, M
 from mecheval.report.overview import GRAMMAR, with_interval
 from mecheval.report.paired import EXAMPLES, at_least_as_accurate, paired_runs
 from mecheval.report.results import HELDOUT_VALUE
+from mecheval.store import runs
 
 # the architectures of the study's depth runs (its appendix figure): the zoo before DeltaNet joined it
 DEPTH_ZOO = ("attention", "mamba", "based", "h3", "hyena", "baseconv")
@@ -360,10 +360,10 @@ def conv_evidence(run_dir: str) -> dict | None:
     window, ablation = Path(run_dir) / "conv_window.parquet", Path(run_dir) / "conv_ablation.parquet"
     if not window.exists() or not ablation.exists():
         return None
-    best = best_cell(read_table(window, CELL_COLUMNS))
+    best = best_cell(runs.table(window, CELL_COLUMNS))
     if best is None:
         return None
-    ab = read_table(ablation, ("layers", "lags", "acc", "n")).set_index(["layers", "lags"])
+    ab = runs.table(ablation, ("layers", "lags", "acc", "n")).set_index(["layers", "lags"])
     layer = int(best["layer"])
     cut, base = ab.loc[(str(layer), ">=1")], ab.loc[("none", "none")]
     return {"layer": layer, "offset": int(best["offset"]), "attrib": float(best["attrib"]),

@@ -16,7 +16,7 @@ import pandas as pd
 
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.report.overview import with_interval
-from mecheval.training.run_dir import RunDir
+from mecheval.store import runs
 
 LAST_STEPS = 1000
 # a run "fits its training set only" where the lower end of its training-batch interval exceeds the
@@ -34,7 +34,7 @@ FIT_NOTE = (f"Runs trained on a fixed set: accuracy on their training batches ov
 def training_accuracy(run_dir: str | Path, last: int = LAST_STEPS) -> tuple[float, float, float, int] | None:
     """Mean accuracy on the logged training batches of the run's `last` steps -> (mean, lo, hi, k): a normal
     95% interval over the k batches; None where nothing was logged."""
-    records = RunDir(Path(run_dir)).read_metrics()
+    records = runs.metrics(Path(run_dir))
     if not records:
         return None
     final = records[-1]["step"]

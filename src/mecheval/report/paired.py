@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mecheval.common import ConfigError, read_table
+from mecheval.common import ConfigError
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.metrics import bootstrap_difference
 from mecheval.report.decide import above
+from mecheval.store import runs
 
 COLUMNS = ["subset", "n", "acc_a", "acc_b", "diff", "diff_lo", "diff_hi"]
 
@@ -27,7 +28,7 @@ COLUMNS = ["subset", "n", "acc_a", "acc_b", "diff", "diff_lo", "diff_hi"]
 def read_examples(run_dir: str | Path) -> pd.DataFrame | None:
     """The run's per-example table, or None where it was not written (runs intervened before it existed)."""
     path = Path(run_dir) / EXAMPLES
-    return read_table(path, ("id", "correct", "outside")) if path.exists() else None
+    return runs.table(path, ("id", "correct", "outside")) if path.exists() else None
 
 
 def paired_accuracy(a: pd.DataFrame, b: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:

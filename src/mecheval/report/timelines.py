@@ -17,10 +17,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from mecheval.common import read_table
 from mecheval.interventions.timeline import TIMELINE, formed_at
 from mecheval.interventions.verdict import LABELS, ROLES
 from mecheval.report.figures import OKABE_ITO
+from mecheval.store import runs
 
 VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD", "#F0E442", "#CC79A7")))
 
@@ -31,7 +31,7 @@ def formation_steps(best: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, int | N
     for d in best.get("run_dir", pd.Series(dtype=str)):
         path = Path(str(d)) / TIMELINE
         if isinstance(d, str) and path.exists():
-            table = read_table(path, ("step", "verdict", "boundary", "read_layer", "attrib", "attrib_lo", "attrib_hi"))
+            table = runs.table(path, ("step", "verdict", "boundary", "read_layer", "attrib", "attrib_lo", "attrib_hi"))
             out[d] = (table, formed_at(table))
     return out
 

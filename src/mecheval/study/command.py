@@ -14,10 +14,10 @@ import shlex
 from pathlib import Path
 
 from mecheval.plugins import is_import_path
-from mecheval.report.analyse import STUDY_JSON, study_meta
+from mecheval.report.analyse import study_meta
+from mecheval.store import studies
 from mecheval.study.presets import PAPER_TRAIN_ORDER, SCALES, STUDIES, point_label
 from mecheval.sweeps.runner import SPEC
-from mecheval.sweeps.spec import load_sweep
 from mecheval.training.config import ADDED_LATER
 from mecheval.training.loggers import MODULES as TRACKERS
 
@@ -27,10 +27,10 @@ GRID_FLAGS = {"model.d_model": "--widths", "optim.lr": "--lrs", "seed": "--seeds
 def study_command(study_dir: Path, out: str | None = None) -> str | None:
     """The command line that makes `study_dir` (`--out out`, default the directory as given); None where
     it has no spec or no study.json (hand-made runs)."""
-    spec_path, meta_path = study_dir / SPEC, study_dir / STUDY_JSON
+    spec_path, meta_path = study_dir / SPEC, study_dir / studies.STUDY_JSON
     if not spec_path.exists() or not meta_path.exists():
         return None
-    spec, meta = load_sweep(spec_path), study_meta(study_dir)
+    spec, meta = studies.spec(spec_path), study_meta(study_dir)
     if meta.get("preset") not in STUDIES or meta.get("scale") not in SCALES:  # not made by `mecheval study`
         return None
     words = ["mecheval", "study", meta["preset"], "--scale", meta["scale"]]
@@ -77,5 +77,5 @@ def rebuilds_spec(study_dir: Path) -> bool | None:
         built = STUDIES[preset].sweep(scale, **axes)
     except ValueError:  # an architecture the preset no longer has
         return False
-    spec = load_sweep(study_dir / SPEC)
+    spec = studies.spec(study_dir / SPEC)
     return (built["grid"], built["list"], built["base"]) == (spec.grid, spec.points, spec.base)

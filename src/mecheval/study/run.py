@@ -4,7 +4,7 @@
     OUT/runs/<name>/interventions.parquet, verdict.json, interventions/*.png
     OUT/runs/<name>/splits/<split>/       the same readouts on the study's further splits (ATR's held-out pairs)
     OUT/runs/<name>/timeline.parquet      the readouts at every snapshot (snapshots/, not committed)
-    OUT/runs.parquet                      every run, config fields and summary metrics
+    OUT/runs.parquet                      every run, config fields and summary metrics: the data the report links
     OUT/study.json                        preset, scale, what the cpu scale drops, timings
     OUT/report.md, OUT/report.html        the report (mecheval.report)
 Re-running skips finished runs, runs that already have their interventions and snapshots already read.
@@ -27,7 +27,7 @@ from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import RunDir, snapshot_steps
 from mecheval.report import Report, build_report
-from mecheval.report.analyse import STUDY_JSON
+from mecheval.store import studies
 from mecheval.study.presets import STUDIES, TIMELINE_EXAMPLES, Study
 from mecheval.study.progress import training_bars
 from mecheval.sweeps import SweepConfig, collect, run_sweep
@@ -120,7 +120,7 @@ def run_study(
 
         atomic_write_bytes(out / "runs.parquet", collect(out).to_parquet(index=False), out)
         try:  # an earlier call's timings; a study.json left unreadable is rewritten
-            previous = read_json_object(out / STUDY_JSON, {})
+            previous = studies.meta(out)
         except (OSError, ConfigError):
             previous = {}
         meta = {
@@ -131,7 +131,7 @@ def run_study(
             **{k: previous.get(k, 0.0) + v for k, v in times.items()},
         }
         meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"] + meta.get("timeline_s", 0.0)
-        atomic_write_text(out / STUDY_JSON, json.dumps(meta, indent=2) + "\n", out)
+        atomic_write_text(out / studies.STUDY_JSON, json.dumps(meta, indent=2) + "\n", out)
     return build_report(out)
 
 
@@ -149,7 +149,7 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False)
     no verdict reads, kept: RECHECK_KEEPS). Runs intervened before
     per-example tables existed get their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
-    meta = read_json_object(out / STUDY_JSON, {"preset": str, "n_examples": int})
+    meta = read_json_object(out / studies.STUDY_JSON, {"preset": str, "n_examples": int})
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
         for split in ("test", *study.splits):

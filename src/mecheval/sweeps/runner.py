@@ -2,6 +2,8 @@
 
     SWEEP_DIR/sweep.yaml        the sweep as last run (base resolved); a changed one is kept as sweep.<k>.yaml
     SWEEP_DIR/runs/<name>/      one run directory per run (see mecheval.training.run_dir)
+    SWEEP_DIR/runs/<name>/run.json   the run's architecture, variant and comparison group, recorded as it is made
+                                (see mecheval.store.identity)
     SWEEP_DIR/.lock             held while a sweep runs here (see mecheval.training.lock)
 
 A run directory is skipped or resumed only if it holds the same run (fingerprint); a sweep whose runs
@@ -21,6 +23,7 @@ from mecheval.sweeps.executors import Job, Outcome, run_local, run_ray
 from mecheval.sweeps.preflight import changed_runs, check_models
 from mecheval.sweeps.spec import SweepConfig, expand
 from mecheval.common import atomic_write_text, dump_yaml, load_yaml
+from mecheval.store.identity import record
 from mecheval.training.config import ConfigError, flatten, read_yaml
 from mecheval.training.lock import DirLock
 from mecheval.training.run_dir import RunDir
@@ -81,6 +84,7 @@ def run_sweep(
             if run_dir.finished:
                 outcomes[run.name] = Outcome(run.name, run_dir.read_summary(), skipped=True)
             else:
+                record(run_dir.path, run.config, out)
                 jobs.append(Job(run.name, run.config.model_dump(mode="json"), run_dir.path))
         if jobs:
             workers = workers or os.cpu_count() or 1

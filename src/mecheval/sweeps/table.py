@@ -1,23 +1,28 @@
 """The results of a sweep as one table: a row per run, every config field and summary metric a column.
 
 Config fields keep their dotted names (`model.d_model`, `optim.lr`); summary metrics are prefixed
-`summary.` (`summary.final.test.acc`). Lists (per-layer fields) are stored as JSON strings.
+`summary.` (`summary.final.test.acc`). Lists (per-layer fields) are stored as JSON strings. The identity its
+sweep recorded in run.json (`store.identity`) is prefixed `run.` (`run.arch`, `run.group`): absent for runs
+made without one.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
+from mecheval.common import flatten
+from mecheval.store import identity, runs, studies
+from mecheval.store.identity import LR, SEED
 from mecheval.sweeps.runner import RUNS, SPEC
-from mecheval.sweeps.spec import load_sweep, run_overrides
-from mecheval.training.config import flatten
-from mecheval.training.run_dir import CONFIG, RunDir
+from mecheval.sweeps.spec import run_overrides
+from mecheval.training.run_dir import CONFIG, SUMMARY
 
-LR = "optim.lr"
-SEED = "seed"
 DEFAULT_METRIC = "summary.final.test.acc"
+RECORDED = "run."  # the prefix of the recorded identity's columns
+GROUP = RECORDED + "group"
 
 
 def runs_dir(sweep_dir: str | Path) -> Path:
@@ -35,15 +40,17 @@ def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     sweep_dir = Path(sweep_dir)
     configs = sorted(runs_dir(sweep_dir).glob(f"*/{CONFIG}"))
     if (sweep_dir / SPEC).exists() and not every_run:
-        names = {name for name, _ in run_overrides(load_sweep(sweep_dir / SPEC))}
+        names = {name for name, _ in run_overrides(studies.spec(sweep_dir / SPEC))}
         configs = [c for c in configs if c.parent.name in names]
     rows = []
     for config in configs:
-        run = RunDir(config.parent)
-        row = {"name": run.path.name, "status": "done" if run.finished else "unfinished"}
-        row.update(flatten(run.read_config_data()))
-        if run.finished:
-            row.update(flatten(run.read_summary(), "summary."))
+        run_dir, finished = config.parent, (config.parent / SUMMARY).exists()
+        row = {"name": run_dir.name, "status": "done" if finished else "unfinished"}
+        row.update(flatten(runs.config(run_dir)))
+        if finished:
+            row.update(flatten(runs.summary(run_dir), "summary."))
+        if (recorded := identity.recorded(run_dir)) is not None:
+            row.update(flatten(asdict(recorded), RECORDED))
         rows.append(row)
     if not rows:
         raise FileNotFoundError(f"{sweep_dir}: no runs (expected run directories under {RUNS}/ or directly in it)")
@@ -57,8 +64,9 @@ def as_text(df: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
 
 
 def config_columns(df: pd.DataFrame) -> list[str]:
-    """The columns of a `collect` table that are config fields (not the run's name, status or summary)."""
-    return [c for c in df.columns if c not in ("name", "status") and not c.startswith("summary.")]
+    """The columns of a `collect` table that are config fields (not the run's name, status, summary or recorded
+    identity)."""
+    return [c for c in df.columns if c not in ("name", "status") and not c.startswith(("summary.", RECORDED))]
 
 
 def varying(df: pd.DataFrame) -> list[str]:
@@ -67,16 +75,20 @@ def varying(df: pd.DataFrame) -> list[str]:
 
 
 def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """Per group of the varying config fields other than the learning rate and the seed, the finished
-    runs of the learning rate with the highest mean `metric` over seeds (the published selection: best
-    learning rate per architecture and width); every seed of that learning rate is kept.
-    Ties go to the smaller learning rate.
+    """Per comparison group, the finished runs of the learning rate with the highest mean `metric` over seeds
+    (the published selection: best learning rate per architecture and width); every seed of that learning
+    rate is kept. Ties go to the smaller learning rate. The groups are those their sweep recorded (`run.group`)
+    where every finished run has one, else (runs made before run.json) the varying config fields other than
+    the learning rate and the seed: the same partition. The runs come sorted by those fields.
     """
     done = df[df["status"] == "done"]
     if metric not in done.columns:
         raise KeyError(f"no column {metric!r} among finished runs; metrics: {[c for c in df.columns if c.startswith('summary.')]}")
     keys = [c for c in varying(done) if c not in (LR, SEED)]
-    group = as_text(done[keys]).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
+    if GROUP in done and done[GROUP].notna().all():
+        group = done[GROUP]
+    else:
+        group = as_text(done[keys]).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
     means = done.groupby([group, done[LR]])[metric].mean().rename("mean").reset_index()
     means.columns = ["group", LR, "mean"]
     chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")

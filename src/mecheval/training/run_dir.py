@@ -11,6 +11,8 @@
     worker.json              pid and host of the process training the run (informational)
     .lock                    held by the process training the run (see mecheval.training.lock)
     error.log                tracebacks of failed attempts (a sweep's runs)
+    run.json                 the run's architecture, variant and comparison group, recorded by the sweep that made it
+                             (`mecheval.store.identity`; absent for runs made otherwise, or before it existed)
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""The results store: each file read once per process (read again once rewritten), a run made by a sweep
+records its architecture, variant and comparison group in run.json, and a run made without one (every run
+committed before run.json) reads as before."""
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mecheval.report.analyse import analyse, load
+from mecheval.report.results import study_table
+from mecheval.store import files, identity, runs
+from mecheval.sweeps import SweepConfig, run_sweep
+from mecheval.sweeps.table import GROUP, best_lr, collect
+from mecheval.common import flatten
+
+QUICK = Path(__file__).resolve().parents[2] / "results" / "cpu" / "quick"
+
+
+@pytest.fixture
+def quick(tmp_path) -> Path:
+    if not QUICK.exists():
+        pytest.skip("the committed quick study is not in this checkout")
+    return Path(shutil.copytree(QUICK, tmp_path / "quick", ignore=shutil.ignore_patterns("*.safetensors")))
+
+
+def test_a_report_reads_each_file_of_the_study_once(quick):
+    files.forget()
+    analyse(load(quick))
+    read = dict(files.READS)
+    assert read and set(read.values()) == {1}  # config.yaml read by the runs' table and for the chance level: once
+    assert {p.name for p in read} >= {"study.json", "sweep.yaml", "config.yaml", "summary.json", "verdict.json",
+                                      "accuracy.parquet", "examples.parquet"}
+    analyse(load(quick))
+    assert dict(files.READS) == read  # a second report reads nothing from disk
+
+
+def test_a_rewritten_file_is_read_again_and_callers_get_their_own_copy(quick):
+    run = next((quick / "runs").iterdir())
+    first = runs.summary(run)
+    first["steps"] = -1  # a caller's change is its own
+    assert runs.summary(run)["steps"] != -1
+    (run / "summary.json").write_text(json.dumps({**runs.summary(run), "steps": 7}))
+    assert runs.summary(run)["steps"] == 7
+
+
+def test_a_run_made_by_a_sweep_records_its_identity(tmp_path, tiny_run):
+    tiny_run["model"] = {"preset": "mamba", "d_model": 16, "d_conv": 0}
+    spec = SweepConfig.model_validate({"base": tiny_run, "grid": {"optim.lr": [1e-3, 1e-2], "seed": [0, 1]}})
+    run_sweep(spec, tmp_path, workers=1)
+    for run in (tmp_path / "runs").iterdir():
+        recorded = identity.recorded(run)
+        assert (recorded.arch, recorded.arch_name, recorded.arch_conv) == ("mamba (d_conv 0)", "mamba", 0)
+        assert (recorded.layers, recorded.positions) == (None, None)
+        assert identity.derive(flatten(runs.config(run))) == dataclasses.replace(recorded, group=None)
+    table = collect(tmp_path)
+    assert table[GROUP].nunique() == 1  # lr and seed apart, one design
+    derived = best_lr(table.drop(columns=[GROUP]))  # the groups derived as for runs committed without run.json
+    assert list(best_lr(table)["name"]) == list(derived["name"])
+    assert set(study_table(tmp_path)["arch"]) == {"mamba (d_conv 0)"}
+
+
+def test_a_run_without_run_json_reads_as_derived(quick):
+    assert not list(quick.glob(f"runs/*/{identity.RUN_JSON}"))  # committed before run.json
+    table = study_table(quick)
+    assert sorted(set(table["arch"])) == ["attention", "mamba", "mamba (d_conv 0)"]
+    assert GROUP not in collect(quick) and table["best_lr"].all()
