@@ -861,50 +861,47 @@ def _index(root: Path) -> dict[Path, Path]:
     return index
 
 
+def _findings_block(root: Path, args: dict[str, str], page: Path, index: dict[Path, Path]) -> str:
+    scale = args.get("scale", PUBLISHED_SCALES)
+    rows = headline_rows(root, page, scale)
+    return headline_summary(rows, scale) + "\n\n" + _markdown(rows)
+
+
+def _checks_block(root: Path, args: dict[str, str], page: Path, index: dict[Path, Path]) -> str:
+    rows = findings_rows(root, page, index, args.get("scale", "*"), args.get("name", "*"))
+    body = _markdown(rows)
+    if any(EARLIER_RULES in r["ours"] for r in rows):
+        body += f"\n\n{EARLIER_RULES} Some of the verdicts behind the outcome were {EARLIER_NOTE}"
+    return body
+
+
+# kind -> its body from (root, the block's arguments, the page, study -> the page showing it)
+BLOCKS: dict[str, Callable[[Path, dict[str, str], Path, dict[Path, Path]], str]] = {
+    "findings": _findings_block,
+    "checks": _checks_block,
+    "measured": lambda root, args, page, index: measured_block(args, page),
+    "studies": lambda root, args, page, index: studies_block(root, args, page),
+    "published": lambda root, args, page, index: published_block(args, page),
+    "figure": lambda root, args, page, index: figure_block(root, args, page),
+    "widths": lambda root, args, page, index: widths_block(root, args, page),
+    "pooled": lambda root, args, page, index: pooled_block(root, args, page),
+    "costs": lambda root, args, page, index: _markdown(cost_rows(root, args, page)),
+    "rounding": lambda root, args, page, index: _markdown(rounding_rows(root, args, page)),
+    "rates": lambda root, args, page, index: rates_block(root, page),
+    "coverage": lambda root, args, page, index: coverage_block(root),
+    "prompts": lambda root, args, page, index: _markdown(prompt_rows(root)),
+    "pointers": lambda root, args, page, index: _markdown(pointer_rows(root)),
+    "modern": lambda root, args, page, index: modern_block(root, args, page),
+    "design": lambda root, args, page, index: _markdown(design_rows(root, args, page)),
+}
+
+
 def render(root: Path, page: Path, spec: str, index: dict[Path, Path]) -> str:
-    """The body of one generated block of `page`."""
+    """The body of one generated block of `page` (`BLOCKS`)."""
     kind, args = _spec(spec, page)
-    if kind == "findings":
-        scale = args.get("scale", PUBLISHED_SCALES)
-        rows = headline_rows(root, page, scale)
-        body = headline_summary(rows, scale) + "\n\n" + _markdown(rows)
-    elif kind == "checks":
-        rows = findings_rows(root, page, index, args.get("scale", "*"), args.get("name", "*"))
-        body = _markdown(rows)
-        if any(EARLIER_RULES in r["ours"] for r in rows):
-            body += f"\n\n{EARLIER_RULES} Some of the verdicts behind the outcome were {EARLIER_NOTE}"
-    elif kind == "studies":
-        body = studies_block(root, args, page)
-    elif kind == "published":
-        body = published_block(args, page)
-    elif kind == "widths":
-        body = widths_block(root, args, page)
-    elif kind == "pooled":
-        body = pooled_block(root, args, page)
-    elif kind == "rounding":
-        body = _markdown(rounding_rows(root, args, page))
-    elif kind == "costs":
-        body = _markdown(cost_rows(root, args, page))
-    elif kind == "rates":
-        body = rates_block(root, page)
-    elif kind == "measured":
-        body = measured_block(args, page)
-    elif kind == "coverage":
-        body = coverage_block(root)
-    elif kind == "prompts":
-        body = _markdown(prompt_rows(root))
-    elif kind == "pointers":
-        body = _markdown(pointer_rows(root))
-    elif kind == "figure":
-        body = figure_block(root, args, page)
-    elif kind == "modern":
-        body = modern_block(root, args, page)
-    elif kind == "design":
-        body = _markdown(design_rows(root, args, page))
-    else:
-        raise PageError(f"{page}: unknown generated block '{kind}' (findings, checks, measured, studies, published, figure, widths, pooled, "
-                        "costs, rounding, rates, coverage, prompts, pointers, modern, design)")
-    return body.rstrip() + "\n"
+    if kind not in BLOCKS:
+        raise PageError(f"{page}: unknown generated block '{kind}' ({', '.join(BLOCKS)})")
+    return BLOCKS[kind](root, args, page, index).rstrip() + "\n"
 
 
 def generate(root: Path) -> dict[Path, str]:
