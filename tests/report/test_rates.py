@@ -63,3 +63,10 @@ def test_cells_apart_from_the_study_say_which_part_differs():
     assert apart.loc["AR attention d=32", "differs in"] == "accuracy, mechanism"
     assert apart.loc["AR mamba d=64", "rates tried"] == "**0.003: 0.80**, 0.01: 0.78"  # the best in bold, at the edge
     assert apart.loc["AR mamba d=64", "bracketed"] == "no" and apart.loc["AR mamba d=64", "differs in"] == "–"
+
+
+def test_a_seed_run_in_two_designs_counts_once():
+    runs = _runs([("based", 64, 1e-3, 0, 0.94, "induction"), ("based", 64, 1e-3, 0, 0.92, "induction"),
+                  ("based", 64, 1e-3, 1, 0.96, "induction")])  # seed 0 twice (two train orders), seed 1
+    [row] = rate_table(runs).to_dict("records")
+    assert row["seeds"] == 2

@@ -53,7 +53,7 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (cell, rate) of `committed_runs`: `seeds`, `acc` (mean over seeds), `verdict` (the most
+    """One row per (cell, rate) of `committed_runs`: `seeds` (distinct seeds), `acc` (mean over its runs), `verdict` (the most
     common; `not read` where none was), `verdicts` (counts in words), `published` (the study's accuracy, NaN
     where none), `best` (the cell's rate with the highest mean accuracy), `rates` (how many the cell tried),
     `bracketed` (the best rate has a tried rate below and above it)."""
@@ -68,7 +68,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
             counts = verdicts.value_counts()
             lo, hi = _interval(at)
             by_rate.append({"task": task, "grammar": grammar, "arch": arch, "width": int(width), "lr": float(lr),
-                            "seeds": len(at), "acc": float(at["acc"].mean()), "acc_lo": lo, "acc_hi": hi,
+                            "seeds": at["seed"].nunique(), "acc": float(at["acc"].mean()), "acc_lo": lo, "acc_hi": hi,
                             "verdict": counts.index[0],
                             "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
                             "published": np.nan if published is None else published})
