@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a queue file's studies one after another (one line: OUT_DIR then the `mecheval study` arguments),
 # niced, one worker each; a finished study (its report.md newer than its sweep) is skipped, an unfinished
-# one resumes. Usage: tools/queues/run_queue.sh tools/queues/issue53-a.txt   (two queues fill two cores)
+# one resumes. Usage: tools/queues/run_queue.sh tools/queues/issue53-a.txt   (two queues fill two cores);
+# SCALE=cpu for a queue of cpu-scale studies (default: paper)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 queue=$1
@@ -10,7 +11,7 @@ while IFS= read -r line; do
   out=${line%% *}; args=${line#* }
   if [[ -f "$out/report.md" && -f "$out/study.json" ]]; then echo "done: $out"; continue; fi
   echo "$(date -u +%FT%TZ) start: $out"
-  eval nice -n 10 .venv/bin/mecheval study $args --scale paper --early-stop --workers 1 --quiet --out "$out" \
+  eval nice -n 10 .venv/bin/mecheval study $args --scale "${SCALE:-paper}" --early-stop --workers 1 --quiet --out "$out" \
     || echo "$(date -u +%FT%TZ) FAILED: $out"
   echo "$(date -u +%FT%TZ) end: $out"
 done < "$queue"
