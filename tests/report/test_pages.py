@@ -143,7 +143,7 @@ def test_checks_are_one_line_each_and_kept_to_their_scale(tmp_path):
     assert generate(_tree(tmp_path / "d", "checks scale=cpu name=qu*"))[Path("docs/page.md")].count("| cpu |") == 4
 
 
-def test_the_design_block_reads_each_trial_sweep_and_refuses_a_mixed_one(tmp_path):
+def test_the_design_block_reads_each_trial_sweep_names_what_differs_from_the_main_job_and_refuses_a_mixed_one(tmp_path):
     trials = ROOT / "results" / "cpu" / "quick-design"
     (tmp_path / "results" / "t" / "a" / "runs").mkdir(parents=True)
     for run in sorted((trials / "attention-lr1e-3" / "runs").iterdir()):
@@ -152,6 +152,11 @@ def test_the_design_block_reads_each_trial_sweep_and_refuses_a_mixed_one(tmp_pat
     (tmp_path / "docs" / "page.md").write_text("<!-- generated: design dir=results/t -->\n<!-- end generated -->\n")
     text = generate(tmp_path)[Path("docs/page.md")]
     assert "| `results/t/a` | attention | 0.001 | 128 | 3,000 | 0: 1.00, 1: 0.09, 2: 0.13, 3: 1.00, 4: 0.11, 5: 0.11 | 2 of 6 |" in text
+    (tmp_path / "results" / "m").mkdir()
+    (tmp_path / "results" / "m" / "runs").symlink_to(ROOT / "results" / "cpu" / "quick-main" / "runs")
+    (tmp_path / "docs" / "page.md").write_text("<!-- generated: design dir=results/t main=results/m -->\n<!-- end generated -->\n")
+    text = generate(tmp_path)[Path("docs/page.md")]  # the main job's attention at 3e-3: only the rate differs
+    assert "| 3,000 | optim.lr 0.003 → 0.001 | 0: 1.00," in text
     other = next((trials / "attention-5000-steps" / "runs").iterdir())  # another design in the same sweep
     (tmp_path / "results" / "t" / "a" / "runs" / other.name).symlink_to(other)
     with pytest.raises(PageError, match="results/t/a mixes 2 designs"):

@@ -36,7 +36,8 @@ KINDs:
                 beside accuracy on the unseen ones the readouts read (verdict.json)
     pointers    every learned run whose query carries part of the effect, with its pointer control
     design      the trial sweeps under `dir=results/SCALE/NAME` (one per subdirectory): per sweep its design
-                (architecture, rate, batch, schedule) and each seed's final test accuracy, how many learned
+                (architecture, rate, batch, schedule; with `main=results/SCALE/STUDY`, the fields in which it
+                differs from the nearest of that study's designs) and each seed's final test accuracy, how many learned
     modern      the studies chosen as `studies` does (`preset=modern scale=cpu`), read as one pool: each
                 architecture's accuracy, verdicts' shares and where key and value meet, and Mamba-3's answer: does
                 its two-token term play the conv's role (`modern.py`)
@@ -58,7 +59,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import atomic_write_text, check_inside, safe_mkdir
+from mecheval.common import atomic_write_text, check_inside, flatten, safe_mkdir
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
 from mecheval.report.analyse import (best_runs, conv_evidence_by_run, formation_table, state_table, study_findings,
@@ -706,26 +707,51 @@ def coverage_block(root: Path) -> str:
             f"scale; its accuracy is the best rate's (mean over seeds). {RULE}")
 
 
+def _design(config) -> dict:
+    """A run's identity (the fields that change its weights or metrics) as flat fields without its seed: what a
+    trial sweep holds fixed."""
+    return {k: v for k, v in flatten(config.identity()).items() if k != "seed" and v != "{}"}
+
+
+def _differences(trial: dict, main: list[dict]) -> str:
+    """How `trial` differs from the nearest of the main job's designs (the fewest fields apart)."""
+    if not main:
+        return "–"
+    nearest = min(main, key=lambda m: sum(trial.get(k) != m.get(k) for k in trial.keys() | m.keys()))
+    apart = sorted(k for k in trial.keys() | nearest.keys() if trial.get(k) != nearest.get(k))
+    return "; ".join(f"{k} {_value(nearest.get(k))} → {_value(trial.get(k))}" for k in apart) or "none"
+
+
+def _value(v) -> str:
+    """A config value as the table shows it (None: the field is not set, so its default holds)."""
+    return "default" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+
 def design_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     """Per trial sweep under `dir=` (each subdirectory with runs/, a sweep of one design over seeds): the design
-    (architecture, learning rate, batch, schedule steps), each seed's final test accuracy (its last evaluation),
-    how many seeds learned (final test accuracy >= HIGH_ACC) and the training CPU minutes. Finished runs only."""
+    (architecture, learning rate, batch, schedule steps, and the fields in which it differs from the nearest
+    design of the main job's runs under `main=`), each seed's final test accuracy (its last evaluation), how
+    many seeds learned (final test accuracy >= HIGH_ACC) and the training CPU minutes. Finished runs only."""
     where = root / args.get("dir", "")
     sweeps = sorted(p.parent for p in where.glob(f"*/{RUNS}")) if "dir" in args else []
     if not sweeps:
         raise PageError(f"{page}: generated block 'design {_args(args)}': no sweep under dir=")
+    main_runs = sorted((root / args["main"] / RUNS).iterdir()) if "main" in args else []
+    main = list({str(d): d for d in (_design(RunDir(r).read_config()) for r in main_runs)}.values())
     rows = []
     for sweep in sweeps:
         runs = [RunDir(r) for r in sorted((sweep / RUNS).iterdir()) if RunDir(r).finished]
         configs = [r.read_config() for r in runs]
         finals = {c.seed: [m for m in store_runs.metrics(r.path) if "eval" in m][-1]["eval"]["test"]["acc"] for r, c in zip(runs, configs)}
         cpu = sum(store_runs.summary(r.path)["cpu_time_s"] for r in runs) / 60
-        designs = {(c.model.preset, c.optim.lr, c.batch_size, c.steps) for c in configs}
+        designs = {str(_design(c)): _design(c) for c in configs}
         if len(designs) != 1:
             raise PageError(f"{page}: generated block 'design {_args(args)}': {sweep} mixes {len(designs)} designs")
-        [(arch, lr, batch, steps)] = designs
-        rows.append({"trial": md_code(str(sweep.relative_to(root))), "architecture": arch, "lr": f"{lr:g}",
-                     "batch": batch, "schedule (steps)": f"{steps:,}",
+        [design] = designs.values()
+        c = configs[0]
+        rows.append({"trial": md_code(str(sweep.relative_to(root))), "architecture": c.model.preset,
+                     "lr": f"{c.optim.lr:g}", "batch": c.batch_size, "schedule (steps)": f"{c.steps:,}",
+                     **({"differs from the main job in": _differences(design, main)} if "main" in args else {}),
                      "final test accuracy by seed": ", ".join(f"{s}: {a:.2f}" for s, a in sorted(finals.items())),
                      "learned": f"{sum(a >= HIGH_ACC for a in finals.values())} of {len(finals)}",
                      "CPU min": f"{cpu:.1f}"})
