@@ -83,11 +83,12 @@ def test_cli_positions_take_offsets_and_integers(tmp_path):
 
 def test_what_a_new_table_would_lose():
     from mecheval.interventions.runs import lost_readouts
+    from mecheval.interventions.spec import ReadoutSpec
 
     old = pd.DataFrame({"corrupt": ["key", "value"], "direction": "sufficiency", "method": "exact", "layer": [0, 1],
                         "site": ["conv_out", "resid_pre"], "position": ["key+1", "query"]})
-    assert lost_readouts(old, ["key", "value"], "sufficiency", "exact", ["*"], ["key+1", "query"]) == []
-    assert lost_readouts(old, ["key"], "necessity", "gradient", ["resid_pre"], None) == [
+    assert lost_readouts(old, ReadoutSpec(corrupt=["key", "value"], positions=["key+1", "query"])) == []
+    assert lost_readouts(old, ReadoutSpec(direction="necessity", method="gradient", sites=["resid_pre"])) == [
         "corrupt value", "direction sufficiency", "method exact", "sites layers.0.conv_out", "positions key+1"]
 
 
@@ -108,16 +109,17 @@ def test_a_readout_of_other_examples_is_not_silently_replaced(tmp_path):
     """Read again with another n (or seed, split), a readout is refused, naming the settings and the argument that
     forces it: in Python the argument, on the command line the flag."""
     from mecheval.interventions.runs import ReadoutKindError, intervene_run
+    from mecheval.interventions.spec import ReadoutSpec
 
     assert intervene("--n", "64", "--out", str(tmp_path)).exit_code == 0
     before = (tmp_path / "verdict.json").read_bytes()
     with pytest.raises(ReadoutKindError, match=r"read with other settings \(`n` 64, not 96\).*`replace=True`") as e:
-        intervene_run(QUICK_MAMBA, ["key"], n=96, sites=["resid_pre"], out=tmp_path)
+        intervene_run(QUICK_MAMBA, ReadoutSpec(n=96, sites=["resid_pre"]), out=tmp_path)
     assert "--" not in str(e.value)
     refused = intervene("--n", "64", "--seed", "1", "--out", str(tmp_path))
     assert refused.exit_code == 2 and "--seed 0, not 1" in refused.output and "--replace" in refused.output, refused.output
     assert (tmp_path / "verdict.json").read_bytes() == before
-    intervene_run(QUICK_MAMBA, ["key"], n=96, sites=["resid_pre"], out=tmp_path, replace=True)
+    intervene_run(QUICK_MAMBA, ReadoutSpec(n=96, sites=["resid_pre"]), out=tmp_path, replace=True)
     assert json.loads((tmp_path / "verdict.json").read_text())["n_examples"] == 96
 
 

@@ -63,6 +63,7 @@ def test_the_state_readout_is_written_into_the_run_directory(ar_task, tmp_path):
     from mecheval.interventions.runs import write_state_readout
 
     lm = random_lm(ar_task.vocab_size, mixer="mamba", n_layers=2)
-    curve = write_state_readout(tmp_path, lm, ar_task, ar_task.sample(8, seed=4), "key")
+    curve = state_curve(lm, ar_task, ar_task.sample(8, seed=4), corrupt="key")
+    write_state_readout(tmp_path, curve, "key", 8)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "state_curve.parquet"), curve)
     assert (tmp_path / "interventions" / "state_curve.png").stat().st_size > 1000

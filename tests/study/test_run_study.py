@@ -203,12 +203,13 @@ def test_intervene_on_a_relative_run_directory_replaces_its_figures(tiny_study, 
     from pathlib import Path
 
     from mecheval.interventions.runs import intervene_run
+    from mecheval.interventions.spec import ReadoutSpec
 
     shutil.copytree(tiny_study[0], tmp_path / "study")
     monkeypatch.chdir(tmp_path)
     run = sorted(Path("study/runs").iterdir())[0]
     assert list((run / "interventions").glob("*.png"))
-    intervene_run(run, corrupt=["key"], n=16, sites=["resid_pre"], replace=True)
+    intervene_run(run, ReadoutSpec(n=16, sites=["resid_pre"]), replace=True)
     assert (run / "verdict.json").exists() and list((run / "interventions").glob("*.png"))
 
 

@@ -175,12 +175,13 @@ def test_a_member_reads_the_verdict_of_its_solo_run(tmp_path, member_config):
     """Issue 54 item 4: a loop cohort's member (bitwise its solo run) gets its solo run's readouts: the same
     interventions table and verdict.json."""
     from mecheval.interventions.runs import intervene_run, read_verdict_file
+    from mecheval.interventions.spec import ReadoutSpec
 
     configs = [member_config(**m) for m in MEMBERS]
     solo = solo_runs(configs[:1], tmp_path)[0]
     member = cohort(configs, tmp_path, "loop")[1][0]
     for run_dir in (solo, member):
-        intervene_run(run_dir, corrupt=["key"], n=32, sites=["resid_pre"], on_note=lambda note: None)
+        intervene_run(run_dir, ReadoutSpec(n=32, sites=["resid_pre"]), on_note=lambda note: None)
     assert read_verdict_file(member) == read_verdict_file(solo)
     tables = [pd.read_parquet(d / "interventions.parquet") for d in (member, solo)]
     pd.testing.assert_frame_equal(*tables, check_exact=True)

@@ -56,49 +56,44 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from tqdm import tqdm
 
-        from mecheval.interventions.runs import (ANALYSES, VERDICT_ROLE, find_runs, intervene_run, read_point_attributions,
-                                                 read_settings)
+        from mecheval.interventions.readout import read_point_attributions
+        from mecheval.interventions.runs import find_runs, intervene_run
+        from mecheval.interventions.spec import VERDICT_ROLE
 
-        corrupt, sites, analysis = split_list(corrupt), split_list(sites), split_list(analysis)
-        positions = split_list(positions)
-        if sorted(set(analysis) - set(ANALYSES)):
-            raise typer.BadParameter(f"must be among {list(ANALYSES)}, got {analysis}", param_hint="--analysis")
-        if verify and method != "gradient":
-            raise typer.BadParameter("checks the gradient estimate: use it with --method gradient", param_hint="--verify")
+        spec = readout_spec(corrupt=split_list(corrupt), n=n, sites=split_list(sites), positions=split_list(positions),
+                            seed=seed, split=split, direction=direction, analyses=split_list(analysis), method=method,
+                            verify=verify, skip_missing_sites=hf is not None)
         if (hf is None) == (path is None):
             raise typer.BadParameter("give a run or sweep directory, or --hf MODEL (not both)", param_hint="PATH / --hf")
         if hf is not None:
-            _hf(hf, hf_tokens, hf_pairs, out, over_training, replace, corrupt=corrupt, n=n, sites=sites, positions=positions,
-                seed=seed, split=split, direction=direction, skip_missing_sites=True, analyses=analysis, method=method,
-                verify=verify)
+            _hf(hf, hf_tokens, hf_pairs, out, over_training, replace, spec)
             return
         try:
             runs = find_runs(path)
         except FileNotFoundError as e:
             raise typer.BadParameter(str(e)) from None
-        check_arguments(runs, corrupt, sites, positions or [], split)
+        check_arguments(runs, spec)
         if runs != [path]:  # a sweep or study: no report reads it while its runs change (intervene_run locks each)
             ctx.with_resource(DirLock(path, "sweep directory"))
         if over_training:
-            if VERDICT_ROLE not in corrupt:
+            if VERDICT_ROLE not in spec.corrupt:
                 raise typer.BadParameter(f"the readouts over training are verdicts, read under {VERDICT_ROLE} corruption",
                                          param_hint="--corrupt")
-            _over_training(path, runs, VERDICT_ROLE, n, seed)
+            _over_training(path, runs, VERDICT_ROLE, spec.n, spec.seed)
             return
         names = {r: str(r.relative_to(path)) if r != path else r.name for r in runs}
         outs = {r: r if out is None else out / (names[r] if r != path else "") for r in runs}
-        check_kinds(outs, corrupt, direction, method, sites, positions, replace, read_settings(n, seed, split))
-        labelled = VERDICT_ROLE in corrupt and direction == "sufficiency"
+        check_kinds(outs, spec, replace)
+        labelled = spec.labelled
         title = (f"mechanism: corrupt {VERDICT_ROLE}, examples outside the conv reach (see detail)" if labelled
-                 else f"attributions at the read point: corrupt {corrupt[0]}, {direction} (verdicts are read under "
-                      f"sufficient key corruption only)")
+                 else f"attributions at the read point: corrupt {spec.corrupt[0]}, {spec.direction} (verdicts are read "
+                      f"under sufficient key corruption only)")
         table = verdict_table(title)
         failed = []
         for run_dir in tqdm(runs, desc="intervene", unit="run", disable=len(runs) == 1):
             name = names[run_dir]
             try:
-                df, v = intervene_run(run_dir, corrupt, n, sites, positions, seed, split, direction,
-                                      analyses=analysis, method=method, out=outs[run_dir], replace=replace, verify=verify)
+                df, v = intervene_run(run_dir, spec, out=outs[run_dir], replace=replace)
             except Exception as e:  # one bad run is reported and skipped
                 failed.append(name)
                 tqdm.write(f"skipped {name}: {describe(e)}", file=sys.stderr)
@@ -107,16 +102,34 @@ def register(app: typer.Typer) -> None:
             print_verification(name, df)
             if v is not None:
                 table.add_row(*verdict_row(name, v))
-            elif labelled or direction != "sufficiency":
-                table.add_row(name, "-", "", "", "", "", "", "nothing to read" if labelled else f"{direction}: no label")
+            elif labelled or spec.direction != "sufficiency":
+                table.add_row(name, "-", "", "", "", "", "", "nothing to read" if labelled else f"{spec.direction}: no label")
             else:
-                a = read_point_attributions(df, corrupt[0])
+                a = read_point_attributions(df, spec.corrupt[0])
                 table.add_row(name, "-", f"{a['effect']:.3f}", str(a["layer"]),
-                              *(f"{a[r]:.2f}" for r in ("key", "value", "query")), f"corrupt {corrupt[0]}: no label")
+                              *(f"{a[r]:.2f}" for r in ("key", "value", "query")), f"corrupt {spec.corrupt[0]}: no label")
         Console().print(table)
         if failed:
             typer.echo(f"error: {len(failed)} of {len(runs)} runs failed: {', '.join(failed)}", err=True)
             raise typer.Exit(1)
+
+
+FLAGS = {"corrupt": "--corrupt", "n": "--n", "sites": "--sites", "positions": "--positions", "seed": "--seed",
+         "split": "--split", "direction": "--direction", "analyses": "--analysis", "method": "--method",
+         "gradient": "--verify"}  # the flag of each `ReadoutSpec` field
+
+
+def readout_spec(verify: int, **fields):
+    """The `ReadoutSpec` of the flags (`--verify` among the gradient options); a BadParameter naming the flag at
+    fault (`--verify` without `--method gradient`: it checks the gradient estimate)."""
+    from mecheval.commands.flags import in_flags
+    from mecheval.interventions.spec import GradientOptions, ReadoutSpec, ReadoutSpecError
+
+    try:
+        return ReadoutSpec(**fields, gradient=GradientOptions(verify=verify) if verify else None)
+    except ReadoutSpecError as e:
+        raise typer.BadParameter(in_flags(e, {"`method='gradient'`": "--method gradient"}),
+                                 param_hint=FLAGS.get(e.field)) from None
 
 
 def verdict_table(title: str):
@@ -142,14 +155,14 @@ def verdict_row(name: str, v) -> list[str]:
             *(f"{x:.2f}" if shown else "–" for x in (v.attrib_key, v.attrib_value, v.attrib_query)), v.detail]
 
 
-def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, replace: bool, **kw) -> None:
-    """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), written to `out`
-    (earlier readouts there of another kind or other examples kept unless `replace`: `check_kinds`)."""
+def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training: bool, replace: bool, spec) -> None:
+    """`intervene --hf`: AR in a transformers model's own vocabulary (`mecheval.hf.ar`), read as `spec` asks,
+    written to `out` (earlier readouts there of another kind or other examples kept unless `replace`:
+    `check_kinds`)."""
     from rich.console import Console
 
     from mecheval.commands.flags import in_flags
     from mecheval.hf.ar import RULES, intervene_hf, load, wrap_for_ar
-    from mecheval.interventions.runs import read_settings
     from mecheval.training.lock import LockedError
 
     if hf_tokens not in RULES:
@@ -158,19 +171,18 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
         raise typer.BadParameter("a transformers model has no snapshots", param_hint="--over-training")
     try:
         model, tokenizer = load(hf)
-        lm, task = wrap_for_ar(model, tokenizer, hf_tokens, hf_pairs, kw["seed"])
+        lm, task = wrap_for_ar(model, tokenizer, hf_tokens, hf_pairs, spec.seed)
     except ValueError as e:
         flags = {"`rule='random'`": "--hf-tokens random", "`pairs`": "--hf-pairs"}
         raise typer.BadParameter(in_flags(e, flags), param_hint="--hf") from None
     out = out or Path(f"intervene-{Path(hf).name}")
-    check_kinds({out: out}, kw["corrupt"], kw["direction"], kw["method"], kw["sites"], kw["positions"], replace,
-                read_settings(kw["n"], kw["seed"], kw["split"]))
+    check_kinds({out: out}, spec, replace)
     try:
-        df, v = intervene_hf(lm, task, hf, out, rule=hf_tokens, **kw)
+        df, v = intervene_hf(lm, task, hf, out, spec, rule=hf_tokens)
     except LockedError as e:
         raise typer.BadParameter(str(e), param_hint="--out") from None
     print_verification(str(out), df)
-    table = verdict_table(f"mechanism: corrupt {kw['corrupt'][0]}, examples outside the conv reach (see detail)")
+    table = verdict_table(f"mechanism: corrupt {spec.corrupt[0]}, examples outside the conv reach (see detail)")
     if v is None:
         table.add_row(str(out), "-", "", "", "", "", "", "")
     else:
@@ -178,10 +190,9 @@ def _hf(hf: str, hf_tokens: str, hf_pairs: int, out: Path | None, over_training:
     Console().print(table)
 
 
-def check_kinds(outs: dict[Path, Path], corrupt: list[str], direction: str, method: str, sites: list[str],
-                positions: list[str] | None, replace: bool, settings: dict) -> None:
+def check_kinds(outs: dict[Path, Path], spec, replace: bool) -> None:
     """Before any run is touched: no run's readouts are written over by another kind, or by a reading of other
-    examples (`check_replace`; `settings`: --n, --seed, --split as `read_settings`)."""
+    examples (`check_replace`: --n, --seed, --split)."""
     from mecheval.commands.flags import in_flags
     from mecheval.interventions.runs import ReadoutKindError, check_replace
 
@@ -189,7 +200,7 @@ def check_kinds(outs: dict[Path, Path], corrupt: list[str], direction: str, meth
         return
     for out_dir in outs.values():
         try:
-            check_replace(out_dir, corrupt, direction, method, sites, positions, settings)
+            check_replace(out_dir, spec)
         except ReadoutKindError as e:
             flags = {"`out=DIR`": "--out DIR", "`replace=True`": "--replace", "`n`": "--n", "`seed`": "--seed",
                      "`split`": "--split"}
@@ -238,15 +249,15 @@ def _over_training(path: Path, runs: list[Path], corrupt: str, n: int, seed: int
         raise typer.Exit(1)
 
 
-def check_arguments(runs: list[Path], corrupt: list[str], sites: list[str], positions: list[str], split: str) -> None:
-    """--split, --corrupt and --positions against the first readable run's task; each --sites pattern
+def check_arguments(runs: list[Path], spec) -> None:
+    """The spec's --split, --corrupt and --positions against the first readable run's task; each --sites pattern
     must name a site of at least one run's model. A BadParameter names the option at fault."""
     import json
 
     import torch
 
     from mecheval.interventions.positions import check as check_positions
-    from mecheval.interventions.runs import present_sites
+    from mecheval.interventions.readout import present_sites
     from mecheval.models import build_model
     from mecheval.tasks import make_task
     from mecheval.training.run_dir import RunDir
@@ -262,22 +273,22 @@ def check_arguments(runs: list[Path], corrupt: list[str], sites: list[str], posi
         return
     first = next(iter(configs.values()))
     task = make_task(first.task.name, **first.task.params)
-    if split not in task.splits:
-        raise typer.BadParameter(f"{split!r} is not a split of {task.name}: {', '.join(task.splits)}", param_hint="--split")
-    batch = task.sample(2, seed=0, split=split)
-    for role in corrupt:
+    if spec.split not in task.splits:
+        raise typer.BadParameter(f"{spec.split!r} is not a split of {task.name}: {', '.join(task.splits)}", param_hint="--split")
+    batch = task.sample(2, seed=0, split=spec.split)
+    for role in spec.corrupt:
         try:
             task.corrupt(batch, role, 0)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--corrupt") from None
     try:
-        check_positions(positions, list(batch.roles), task.name)
+        check_positions(list(spec.positions or ()), list(batch.roles), task.name)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--positions") from None
     names = set()
     for cfg in configs.values():
         with torch.device("meta"):
             names |= set(build_model(cfg.model).sites())
-    missing = [p for p in sites if not present_sites(sorted(names), [p])]
+    missing = [p for p in spec.sites if not present_sites(sorted(names), [p])]
     if missing:
         raise typer.BadParameter(f"{missing} match no site of these models; e.g. {sorted(names)[:4]}", param_hint="--sites")

@@ -23,6 +23,7 @@ import torch
 
 from mecheval.common import atomic_write_text
 from mecheval.hf.wrap import HFLM, wrap
+from mecheval.interventions.spec import ReadoutSpec
 from mecheval.tasks.base import Task
 
 RULES = ("random", "words")
@@ -130,11 +131,11 @@ def wrap_for_ar(model, tokenizer=None, rule: str = "random", pairs: int = 16, se
     return wrap(model, vocab_map(model, task, rule, seed, tokenizer)), task
 
 
-def intervene_hf(lm: HFLM, task, model_dir: str, out: Path, *, rule: str = "random", **kw):
+def intervene_hf(lm: HFLM, task, model_dir: str, out: Path, spec: ReadoutSpec, *, rule: str = "random"):
     """`intervene_run`'s tables, verdict and figures for a transformers model on AR in its vocabulary
-    (`wrap_for_ar`; `model_dir`: where it was `load`ed from), written to `out` with hf.json (the model, the
-    rule, the ids) and report.md -> (table, verdict or None). `out` is locked while written (`DirLock`), and removed on failure
-    where this call made it. kw: `interventions.runs.intervene_model`'s options (corrupt, n, sites, …)."""
+    (`wrap_for_ar`; `model_dir`: where it was `load`ed from), read as `spec` asks, written to `out` with hf.json
+    (the model, the rule, the ids) and report.md -> (table, verdict or None). `out` is locked while written
+    (`DirLock`), and removed on failure where this call made it."""
     from mecheval.interventions.runs import intervene_model
     from mecheval.training.lock import DirLock
 
@@ -143,7 +144,7 @@ def intervene_hf(lm: HFLM, task, model_dir: str, out: Path, *, rule: str = "rand
     lock = DirLock(out, "readout directory").acquire()  # LockedError while another call writes there
     try:
         (out / "interventions").mkdir(parents=True, exist_ok=True)
-        df, verdict = intervene_model(out, lm, task, **kw)
+        df, verdict = intervene_model(out, lm, task, spec)
         info = {"model": str(model_dir), "class": type(lm.model).__name__, "rule": rule, "task": task.name,
                 "params": task.params.model_dump(), "vocab": lm.vocab.tolist(), "sites": list(lm.sites())}
         atomic_write_text(out / "hf.json", json.dumps(info, indent=2) + "\n")

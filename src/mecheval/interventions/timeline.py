@@ -30,7 +30,8 @@ from mecheval.interventions.accuracy import accuracy_table, correct_answers
 from mecheval.interventions.artefact import short_convs, subsets
 from mecheval.interventions.conv_window import best_cell, conv_window
 from mecheval.interventions.patching import interchange
-from mecheval.interventions.runs import VERDICT_RULES, read_verdict, read_with_controls
+from mecheval.interventions.readout import read_verdict, read_with_controls
+from mecheval.interventions.runs import VERDICT_RULES
 from mecheval.interventions.verdict import JOINT, ROLES
 from mecheval.training.lock import run_locked
 

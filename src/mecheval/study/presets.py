@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mecheval.common import set_dotted
+from mecheval.interventions.spec import ReadoutSpec
 from mecheval.models.presets import arch_label
 
 PAPER_WIDTHS = [16, 32, 64, 128, 256]
@@ -165,6 +166,14 @@ class Study:
         if paper:
             points = [_with_paper_build(p) for p in points]
         return {"base": base, "list": points, "grid": grid}
+
+    def readout(self, n: int, split: str = "test", skip: tuple[str, ...] = ()) -> ReadoutSpec:
+        """What the study reads of each run (`intervene_run`): n examples of `split`, its corrupted roles, sites
+        (those a model lacks skipped) and `not learned` filter; on the test split its analyses but those in `skip`,
+        on a further split none."""
+        analyses = [a for a in self.analyses if a not in skip] if split == "test" else []
+        return ReadoutSpec(corrupt=self.corrupt, n=n, sites=self.sites, split=split, min_effect=self.min_effect,
+                           skip_missing_sites=True, analyses=analyses)
 
     def _grammars(self, grammars: list[str], paper: bool) -> list[str]:
         """`grammars` checked against the study's task: an ATR study, and grammars ATR knows."""

@@ -98,7 +98,7 @@ def run_study(
                                file=sys.stderr)
                     todo.append((run_dir, split))
                 elif not verdict_is_current(out_dir):  # decided by earlier rules: decided anew, patched again where needed
-                    if not recheck_run(out_dir, run_dir, n_examples, study.min_effect, split=split):
+                    if not recheck_run(out_dir, run_dir, study.readout(n_examples, split)):
                         todo.append((run_dir, split))
         unreadable = []
         for run_dir, split in tqdm(todo, desc="intervene", unit="run", disable=quiet):
@@ -157,7 +157,7 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False)
             if (readouts / "interventions.parquet").exists():
                 if repatch:
                     _intervene(run_dir, study, meta["n_examples"], split)
-                elif recheck and not recheck_run(readouts, run_dir, meta["n_examples"], study.min_effect, split=split):
+                elif recheck and not recheck_run(readouts, run_dir, study.readout(meta["n_examples"], split)):
                     _intervene(run_dir, study, meta["n_examples"], split, skip=RECHECK_KEEPS)
                 elif not recheck:
                     relabel_run(readouts, study.min_effect)
@@ -172,11 +172,8 @@ def _readout_dir(run_dir: Path, split: str) -> Path:
 
 
 def _intervene(run_dir: Path, study: Study, n: int, split: str = "test", skip: tuple[str, ...] = ()) -> None:
-    """The study's interventions on one run's `split`: the test split with the study's analyses but those in
-    `skip` (whose earlier files are kept), a further split (into RUN/splits/<split>/) without them. A study
-    reads a run only where its readout is missing, stale or read on another --n: it replaces its own readout."""
-    test = split == "test"
-    analyses = [a for a in study.analyses if a not in skip] if test else []
-    intervene_run(run_dir, corrupt=list(study.corrupt), n=n, sites=list(study.sites), min_effect=study.min_effect,
-                  skip_missing_sites=True, analyses=analyses, split=split, out=None if test else split_dir(run_dir, split),
-                  replace=True)
+    """The study's interventions on one run's `split` (`Study.readout`): the test split into the run directory, a
+    further split into RUN/splits/<split>/. A study reads a run only where its readout is missing, stale or read
+    on another --n: it replaces its own readout."""
+    out = None if split == "test" else split_dir(run_dir, split)
+    intervene_run(run_dir, study.readout(n, split, skip), out=out, replace=True)

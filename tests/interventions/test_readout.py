@@ -1,0 +1,49 @@
+"""The readouts as a value (`readout.compute_readout`) are the tables and the verdict the run-directory pipeline
+(`runs.intervene_run`) writes, on the committed trained quick-study Mamba (a short conv, a recurrent state, a
+direct retrieval the pointer control reads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mecheval.interventions.accuracy import EXAMPLES
+from mecheval.interventions.readout import compute_readout
+from mecheval.interventions.runs import intervene_run
+from mecheval.interventions.spec import ReadoutSpec
+from mecheval.interventions.two_token import TWO_TOKEN
+
+QUICK_MAMBA = Path(__file__).parents[2] / "results/cpu/quick/runs/preset-mamba_lr-0.003_seed-0"
+pytestmark = pytest.mark.skipif(not QUICK_MAMBA.exists(), reason="the committed quick study is not in this checkout")
+FILES = {"interventions": "interventions.parquet", "accuracy": "accuracy.parquet", "examples": EXAMPLES,
+         "conv_window": "conv_window.parquet", "conv_ablation": "conv_ablation.parquet", "two_token": TWO_TOKEN,
+         "carriers": "carriers.parquet", "pointer": "pointer.parquet", "state_curve": "state_curve.parquet"}
+
+
+def test_the_core_returns_the_tables_the_pipeline_writes(tmp_path):
+    from mecheval import load_run
+    from mecheval.training.prompts import run_training_ids
+
+    spec = ReadoutSpec(n=64, sites=["resid_pre", "conv_out"], analyses=["conv-window", "state", "two-token"])
+    notes = []
+    df, verdict = intervene_run(QUICK_MAMBA, spec, out=tmp_path, on_note=notes.append)
+    lm, task, cfg = load_run(QUICK_MAMBA)
+    core = []
+    readout = compute_readout(lm, task, spec, run_training_ids(QUICK_MAMBA, cfg), on_note=core.append)
+
+    assert notes == [f"{tmp_path.name}: {note}" for note in core] and len(core) == 1  # no two-token term in Mamba
+    assert readout.two_token is None and not (tmp_path / TWO_TOKEN).exists()
+    for field, name in FILES.items():
+        table = getattr(readout, field)
+        if table is not None:  # every table the pipeline writes, as the core returns it
+            pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / name), table, check_exact=True)
+    assert {f for f, name in FILES.items() if (tmp_path / name).exists()} == set(FILES) - {"two_token"}
+    pd.testing.assert_frame_equal(df, readout.interventions, check_exact=True)
+    assert verdict == readout.verdict and verdict.label == "direct retrieval"
+    written = json.loads((tmp_path / "verdict.json").read_text())
+    assert written["verdict"] == readout.verdict.label and written["n_examples"] == readout.prompts["n_examples"] == 64
+    assert all(written[k] == v for k, v in readout.prompts.items())
+    assert (tmp_path / "interventions" / "state_curve.png").exists() and (tmp_path / "interventions" / "key_profile.png").exists()
