@@ -270,3 +270,15 @@ def test_the_terminal_prints_each_finding_with_its_parts_and_share_of_seeds(tmp_
                          [(FINDINGS["mamba_direct"].claim, outcome)]), console)
     assert ("not reproduced (accuracy: not reproduced, mechanism: reproduced; 0 of 1 seed): Mamba (d_conv 4) reaches"
             in console.export_text())
+
+
+def test_a_cell_over_seeds_reads_the_accuracy_every_seed_has():
+    """A read that some seed lacks (no examples outside the conv reach) is not the cell's: the pooled accuracy
+    falls back to the read every seed has, with its interval, and no seed's own value passes for the cell's."""
+    rows = pd.concat([runs(("h3", a, NL, 0, 0, 0, 0.25)).assign(seed=s) for s, a in ((0, 0.02), (1, 0.03), (2, 0.04))],
+                     ignore_index=True)
+    rows = rows.assign(acc_all=rows["acc"], acc_all_lo=rows["acc"] - 0.01, acc_all_hi=rows["acc"] + 0.01, n_all=512,
+                       acc_outside=[0.5, float("nan"), float("nan")], acc_outside_lo=[0.4, None, None],
+                       acc_outside_hi=[0.6, None, None], n_outside=[10, 0, 0])
+    evidence = FINDINGS["h3_hyena_poor"].check(rows).evidence
+    assert "h3 d=64 over 3 seeds: acc 0.03 [" in evidence and "nan" not in evidence

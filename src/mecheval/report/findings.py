@@ -171,12 +171,15 @@ def _rows(df: pd.DataFrame, arch: str) -> pd.DataFrame:
     return df[df["arch"] == arch]
 
 
+def _read(row: pd.Series) -> tuple[str, str] | None:
+    """The first of ACC_READS (accuracy column, count column) that `row` has a value for; None: neither."""
+    return next(((acc, n) for acc, n in ACC_READS if row.get(acc) is not None and row.get(acc) == row.get(acc)), None)
+
+
 def _accuracy(row: pd.Series) -> tuple[float, int]:
     """(accuracy, examples): outside the conv reach where intervened on, else the final test accuracy."""
-    for acc, n in ACC_READS:
-        if row.get(acc) is not None and row.get(acc) == row.get(acc):
-            return float(row[acc]), int(row[n])
-    return float(row["acc"]), int(row.get(EVAL_N) or 0)
+    read = _read(row)
+    return (float(row[read[0]]), int(row[read[1]])) if read else (float(row["acc"]), int(row.get(EVAL_N) or 0))
 
 
 def _on(row: pd.Series) -> str:
@@ -270,7 +273,8 @@ def _over_seeds(test: Test, rows: pd.DataFrame, pools: list[tuple[int, pd.Series
 
 def _pool(cell: pd.DataFrame) -> pd.Series:
     """One row for the seeds of a cell: each accuracy (`ACC_READS`, and `acc`) the mean over seeds, with the
-    multi-bootstrap interval where every seed has one, its example counts summed."""
+    multi-bootstrap interval where every seed has one, its example counts summed; a read that some seed lacks is
+    left empty (NaN), so that no seed's own value passes for the cell's."""
     row = cell.iloc[0].copy()
     if len(cell) == 1:
         return row
@@ -280,6 +284,8 @@ def _pool(cell: pd.DataFrame) -> pd.Series:
             row[f"{name}_lo"], row[f"{name}_hi"] = multi_bootstrap(
                 list(cell[name]), list(cell[f"{name}_lo"]), list(cell[f"{name}_hi"]), list(cell[n]))
             row[n] = int(cell[n].sum())
+        else:
+            row[[c for c in (name, f"{name}_lo", f"{name}_hi") if c in row.index]] = float("nan")
     row["acc"] = cell["acc"].mean()
     return row
 
@@ -289,7 +295,7 @@ def _pooled_words(pools: list[tuple[int, pd.Series]]) -> str:
     words = []
     for seeds, row in pools:
         if seeds > 1:
-            name = next((a for a, _ in ACC_READS if a in row.index), "acc")
+            name = (_read(row) or ("acc",))[0]
             lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
             shown = with_interval(row[name], lo, hi) if lo == lo and lo is not None else f"{row[name]:.2f}"
             words.append(f"{row['arch']} d={row['model.d_model']}{_on(row)} over {seeds} seeds: acc {shown}")
