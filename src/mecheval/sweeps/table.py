@@ -77,7 +77,9 @@ def varying(df: pd.DataFrame) -> list[str]:
 def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     """Per comparison group, the finished runs of the learning rate with the highest mean `metric` over seeds
     (the published selection: best learning rate per architecture and width); every seed of that learning
-    rate is kept. Ties go to the smaller learning rate. The groups are those their sweep recorded (`run.group`)
+    rate is kept. The rates are compared on the same seeds: those every rate of the group ran, where they share
+    one (else on all of each rate's seeds), so that one lucky seed at a rate does not outrank three at another.
+    Ties go to the smaller learning rate. The groups are those their sweep recorded (`run.group`)
     where every finished run has one, else (runs made before run.json) the varying config fields other than
     the learning rate and the seed: the same partition. The runs come sorted by those fields.
     """
@@ -89,9 +91,25 @@ def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
         group = done[GROUP]
     else:
         group = as_text(done[keys]).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
-    means = done.groupby([group, done[LR]])[metric].mean().rename("mean").reset_index()
+    compared = done[_on_shared_seeds(done, group)]
+    means = compared.groupby([group[compared.index], compared[LR]])[metric].mean().rename("mean").reset_index()
     means.columns = ["group", LR, "mean"]
     chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")
     picked = set(zip(chosen["group"], chosen[LR]))
     best = done.loc[[(g, lr) in picked for g, lr in zip(group, done[LR])]]
     return best.sort_values(keys + ([SEED] if SEED in best else []) or ["name"], kind="stable").reset_index(drop=True)
+
+
+def _on_shared_seeds(done: pd.DataFrame, group: pd.Series) -> pd.Series:
+    """[rows] whether a finished run's seed is one that every learning rate of its group ran (every row of a
+    group whose rates share no seed, or of a table without seeds)."""
+    if SEED not in done:
+        return pd.Series(True, index=done.index)
+    seeds = done.groupby([group, done[LR]])[SEED].agg(frozenset)
+    shared = seeds.groupby(level=0).agg(lambda sets: frozenset.intersection(*sets))
+    keep = pd.Series(True, index=done.index)
+    for g, common in shared.items():
+        rows = group == g
+        if common:
+            keep[rows] = done.loc[rows, SEED].isin(common)
+    return keep
