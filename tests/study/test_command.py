@@ -41,6 +41,15 @@ def test_the_command_names_each_axis_and_rebuilds_the_spec(tmp_path):
     assert params["archs"] == ["mamba (d_conv 0)"] and params["grammars"] == ["large_vocab"] and params["scale"] == "paper"
 
 
+def test_the_command_names_the_published_grammar_draw(tmp_path):
+    study = _study(tmp_path, "atr-mamba-noconv", "paper", archs=["attention", "mamba"], widths=[64], grammar_draw="published")
+    command = study_command(study, out="results/x")
+    assert command == ("mecheval study atr-mamba-noconv --scale paper --widths 64 --archs attention,mamba "
+                       "--grammar-draw published --out results/x")
+    assert rebuilds_spec(study) is True and study_axes(command)[2]["grammar_draw"] == "published"
+    assert _parses(command)["grammar_draw"] == "published"
+
+
 def test_early_stop_seeds_and_a_changed_preset(tmp_path):
     study = _study(tmp_path, "ar-mamba-conv", "paper", archs=["mamba (d_conv 2)", "mamba (d_conv 3)"], widths=[32],
                    lrs=[1e-2], seeds=[1, 2], early_stop=True)

@@ -1,7 +1,7 @@
 """Why ATR-easy accuracies sit under the published ones: grammar statistics, train/test prompt overlap and the
-ambiguity ceiling, for our grammar seeds and for the published grammar (tools/atr/atr_published.py).
+ambiguity ceiling, for our grammar seeds and for the published grammar (`mecheval.tasks.atr.published`).
 
-    .venv/bin/python tools/atr/atr_offset.py --seeds 326 0 1 2 ... [--published /tmp/atr_published.npz]
+    .venv/bin/python tools/atr/atr_offset.py --seeds 326 0 1 2 ... [--published]
 
 Per grammar (documents drawn with our sampler, whose query choice follows the published one):
 - length (full sequence, context + 5) mean / median / max and key-value distance on 1,024 test documents;
@@ -21,7 +21,8 @@ import time
 
 import numpy as np
 
-from mecheval.tasks.atr.pcfg import GRAMMARS, Grammar
+from mecheval.tasks.atr.pcfg import Grammar
+from mecheval.tasks.atr.published import published_documents
 from mecheval.tasks.atr.task import ATRParams, ATRTask
 
 _P1, _P2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
@@ -142,32 +143,28 @@ def posterior_ceiling(task: ATRTask, n: int, seed: int = 7, max_len: int = 120) 
             "map_acc_ambiguous": hit[amb].mean() if amb.any() else float("nan")}
 
 
-def grammar_task(seed: int | None = None, grammar: Grammar | None = None) -> ATRTask:
-    task = ATRTask(ATRParams(grammar="easy", grammar_seed=seed))
-    if grammar is not None:
-        task.grammar = grammar
-    return task
+def grammar_task(seed: int | None = None, published: bool = False) -> ATRTask:
+    """ATR easy on our grammar of `seed` (None: the calibrated one), or on the published grammar."""
+    return ATRTask(ATRParams(grammar="easy", grammar_seed=seed, grammar_draw="published" if published else "mecheval"))
 
 
-def load_published(path: str) -> tuple[Grammar, np.lib.npyio.NpzFile]:
-    z = np.load(path)
-    g = Grammar(GRAMMARS["easy"], *(z[f"grammar_{k}"] for k in ("depth_cap", "n_rules", "rule_cdf", "rhs_len", "rhs_sym", "rhs_is_t", "head_cdf", "head_flat")))
-    return g, z
+def published_sets() -> dict:
+    """The published train/test sets (`mecheval.tasks.atr.published`): share of test prompts (all 1024, the first
+    320 evaluated) seen in train, full lengths and key-value distances."""
+    sets = published_documents()
 
+    def prompts_of(split):  # context + query, as bytes
+        f, key = sets[split]
+        return [np.append(f.label[s: s + m], f.label[s + k]).tobytes() for s, m, k in zip(f.starts, f.length, key)]
 
-def published_sets(z) -> dict:
-    """The published train/test sets: share of test prompts (all 1024, the first 320 evaluated) seen in train."""
-    def keys(rows):
-        n = (rows > 0).sum(1)  # tokens up to the last <eos>
-        return [r[: k - 2].tobytes() for r, k in zip(rows, n)]  # up to and including the query
-    train = set(keys(z["train"]))
-    test = keys(z["test"])
-    seen = np.array([k in train for k in test])
-    n = (z["test"] > 0).sum(1)
+    train = set(prompts_of("train"))
+    seen = np.array([k in train for k in prompts_of("test")])
+    test, key = sets["test"]
+    n = test.length + 5  # the full sequence
+    kv = test.parent[test.starts + key] - key
     return {"seen_1024": seen.mean(), "seen_320": seen[:320].mean(), "len_mean": n.mean(), "len_median": float(np.median(n)),
             "len_max": int(n.max()), "len_max_320": int(n[:320].max()), "len_median_320": float(np.median(n[:320])),
-            "len_mean_320": n[:320].mean(), "kv": z["test_kv"].mean(), "kv_320": z["test_kv"][:320].mean(),
-            "train_unique": len(train)}
+            "len_mean_320": n[:320].mean(), "kv": kv.mean(), "kv_320": kv[:320].mean(), "train_unique": len(train)}
 
 
 def local(task: ATRTask, n_train: int = 100_032, n_test: int = 8192) -> dict:
@@ -206,16 +203,15 @@ def row(name: str, task: ATRTask, n_ref: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="*", default=[326])
-    ap.add_argument("--published", default=None, help="npz from tools/atr/atr_published.py")
+    ap.add_argument("--published", action="store_true", help="also the published grammar and sets (tasks/atr/published.py)")
     ap.add_argument("--ref", type=int, default=1_000_000, help="reference documents for the ceiling")
     args = ap.parse_args()
     print("| grammar | len mean | len median | len max | kv | seen | chance | covered | maj acc (covered) | ambiguous (covered) | next | last | window3 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     if args.published:
-        g, z = load_published(args.published)
         t0 = time.time()
-        print(row("published (seed 42)", grammar_task(grammar=g), args.ref), f"{time.time() - t0:.0f}s", flush=True)
-        print("published sets:", {k: round(float(v), 4) for k, v in published_sets(z).items()}, flush=True)
+        print(row("published (seed 42)", grammar_task(published=True), args.ref), f"{time.time() - t0:.0f}s", flush=True)
+        print("published sets:", {k: round(float(v), 4) for k, v in published_sets().items()}, flush=True)
     for s in args.seeds:
         t0 = time.time()
         print(row(f"seed {s}", grammar_task(seed=s), args.ref), f"{time.time() - t0:.0f}s", flush=True)

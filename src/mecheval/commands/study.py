@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         "mecheval study ar-architectures --seeds 0,1,2 --archs attention,mamba --out results/ar",
         "mecheval study ar-architectures --seeds 0,1,2 --cohort auto --out results/ar",
         "mecheval study ar-architectures --archs mypkg.mod:MyMixer --out results/mine",
+        "mecheval study atr-mamba-noconv --scale paper --widths 64 --archs attention,mamba --grammar-draw published --out results/atr-published",
         "mecheval study --list",
     ))
     def study(
@@ -36,6 +37,7 @@ def register(app: typer.Typer) -> None:
         new: Annotated[bool, typer.Option("--new", help="Restart afresh the runs in --out made with a different spec (else refused).")] = False,
         early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,
         grammars: Annotated[Optional[list[str]], typer.Option(help="ATR studies: the grammars to train, e.g. easy (default: the scale's).")] = None,
+        grammar_draw: Annotated[Optional[Literal["mecheval", "published", "published-sets"]], typer.Option("--grammar-draw", help="ATR easy studies: the grammar (ATRParams.grammar_draw): ours from its seed (mecheval, default), the published easy grammar itself (published: documents drawn by our sampler), or, at the paper scale, also the published training set as the fixed set (published-sets).")] = None,
         train_order: Annotated[Optional[Literal["replay", "shuffle"]], typer.Option("--train-order", help="paper scale: the fixed set in one order every epoch (replay, the study's; default) or a new one each epoch (shuffle).")] = None,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
@@ -70,6 +72,7 @@ def register(app: typer.Typer) -> None:
             "seeds": _numbers(seeds, int, "--seeds"),
             "archs": split_list(archs),
             "early_stop": early_stop, "train_order": train_order, "grammars": split_list(grammars),
+            "grammar_draw": grammar_draw,
             "trackers": trackers(tensorboard=tensorboard, wandb=wandb),
         }
         for tracker in axes["trackers"]:  # a missing package stops the study before any run starts
@@ -80,7 +83,7 @@ def register(app: typer.Typer) -> None:
         try:
             STUDIES[preset].sweep(scale, **axes)
         except ValueError as e:
-            hint = next((f"--{k}" for k in ("train-order", "grammars") if k.replace("-", "_") in str(e)), "--archs")
+            hint = next((f"--{k}" for k in ("train-order", "grammar-draw", "grammars") if k.replace("-", "_") in str(e)), "--archs")
             raise typer.BadParameter(str(e), param_hint=hint) from None
         report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, new=new, cohort=size,
                            **axes)

@@ -2,7 +2,7 @@
 
 A study directory holds its spec (`sweep.yaml`, what `Study.sweep` wrote) and `study.json` (preset and
 scale, the architectures as given); the command line follows from them: the grid's widths, rates, seeds and
-grammars, the base's early stop, training order and experiment trackers, the architectures (where not the
+grammars, the ATR grammar draw, the base's early stop, training order and experiment trackers, the architectures (where not the
 preset's whole list).
 Running it again resumes the study. `study_axes` parses it back into `Study.sweep`'s keyword arguments;
 `rebuilds_spec` says whether those rebuild the committed spec (not where the preset has changed since).
@@ -43,6 +43,9 @@ def study_command(study_dir: Path, out: str | None = None) -> str | None:
     base = spec.base
     if "early_stop" in base:
         words.append("--early-stop")
+    draw = base.get("task", {}).get("params", {}).get("grammar_draw", ADDED_LATER["task.params.grammar_draw"])
+    if draw != ADDED_LATER["task.params.grammar_draw"]:
+        words += ["--grammar-draw", draw]
     order = base.get("train_order", ADDED_LATER["train_order"])  # a spec older than the field: its default then
     if meta["scale"] == "paper" and order != PAPER_TRAIN_ORDER:
         words += ["--train-order", order]
@@ -61,6 +64,7 @@ def study_axes(command: str) -> tuple[str, str, dict]:
     axes = {flag[2:]: [number[flag](v) for v in flags[flag].split(",")] for flag in number if flag in flags}
     axes |= {"archs": flags["--archs"].split(",")} if "--archs" in flags else {}
     axes |= {"early_stop": "--early-stop" in flags, "train_order": flags.get("--train-order")}
+    axes |= {"grammar_draw": flags["--grammar-draw"]} if "--grammar-draw" in flags else {}
     chosen = [t for t in TRACKERS if f"--{t}" in flags]
     axes |= {"trackers": chosen} if chosen else {}
     return words[2], flags["--scale"], axes

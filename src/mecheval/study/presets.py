@@ -123,6 +123,7 @@ class Study:
         early_stop: bool = False,
         train_order: str | None = None,
         grammars: list[str] | None = None,
+        grammar_draw: str | None = None,
         trackers: list[str] | None = None,
     ) -> dict:
         """The sweep at `scale`; widths / lrs / seeds replace the scale's axes (seeds: the cpu scale's default is
@@ -130,7 +131,9 @@ class Study:
         architectures whose `point_label` is listed; early_stop ends a run at test accuracy >= 0.99 at
         two evaluations in a row (`TrainConfig.early_stop`); train_order reads the paper scale's fixed set
         in a new order each epoch ("shuffle") or in one order ("replay", the study's; the paper default);
-        grammars replace an ATR study's grammars (e.g. ["easy"] for the paper scale's zoo on ATR easy); trackers
+        grammars replace an ATR study's grammars (e.g. ["easy"] for the paper scale's zoo on ATR easy); grammar_draw
+        trains an ATR easy study on the published grammar itself ("published", documents drawn by our sampler) or,
+        at the paper scale, on the published training set ("published-sets"; `ATRParams.grammar_draw`); trackers
         name the experiment trackers every run logs to (`TrainConfig.loggers`: "tensorboard", "wandb")."""
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")
@@ -150,7 +153,10 @@ class Study:
             grid["seed"] = seeds
         if grammars is not None:
             grid["task.params.grammar"] = self._grammars(grammars, paper)
-        base = _base(self.task if paper else self.cpu_task, scale, *self.steps)
+        task = self.task if paper else self.cpu_task
+        if grammar_draw not in (None, "mecheval"):  # mecheval, the default, leaves the task as it is
+            task = self._with_grammar_draw(task, grid.get("task.params.grammar"), grammar_draw, paper)
+        base = _base(task, scale, *self.steps)
         for key, value in (self.base | ({} if paper else self.cpu_base)).items():
             set_dotted(base, key, value)
         if early_stop:
@@ -174,6 +180,27 @@ class Study:
         analyses = [a for a in self.analyses if a not in skip] if split == "test" else []
         return ReadoutSpec(corrupt=self.corrupt, n=n, sites=self.sites, split=split, min_effect=self.min_effect,
                            skip_missing_sites=True, analyses=analyses)
+
+    def _with_grammar_draw(self, task: dict, grammars: list[str] | None, draw: str, paper: bool) -> dict:
+        """`task` (an ATR task) with `grammar_draw` set, checked against every grammar the sweep trains."""
+        from pydantic import ValidationError
+
+        from mecheval.tasks.atr.task import ATRParams
+
+        if task["name"] != "atr":
+            raise ValueError(f"grammar_draw applies to ATR studies; {self.name!r} trains on {task['name']}")
+        if draw == "published-sets" and not paper:
+            raise ValueError("grammar_draw 'published-sets' is the paper scale's fixed training set (the cpu scale "
+                             "draws fresh data); use 'published'")
+        params = {**task.get("params", {}), "grammar_draw": draw}
+        for grammar in grammars or [params.get("grammar", "easy")]:
+            try:
+                ATRParams(**{**params, "grammar": grammar})
+            except ValidationError as e:
+                reason = "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in e.errors())
+                hint = " (give --grammars easy)" if grammar != "easy" else ""
+                raise ValueError(f"{reason}{hint}") from None
+        return {**task, "params": params}
 
     def _grammars(self, grammars: list[str], paper: bool) -> list[str]:
         """`grammars` checked against the study's task: an ATR study, and grammars ATR knows."""

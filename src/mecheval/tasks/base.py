@@ -82,6 +82,17 @@ class Task(abc.ABC):
         return 0.0
 
     @property
+    def training_set_size(self) -> int | None:
+        """The size of a fixed training set the task prescribes (`training_set`), None where it draws its training
+        examples (the default). A run on such a task gives `train_size` (at most this) and reads that set as its pool."""
+        return None
+
+    def training_set(self, n: int) -> Batch:
+        """The first `n` examples of the task's fixed training set, in its order (only where `training_set_size` is
+        set): the pool of a run with `train_size` n, whatever its seed."""
+        raise NotImplementedError(f"task {self.name!r} has no fixed training set (Task.training_set_size is None)")
+
+    @property
     def length_groups(self) -> int:
         """The groups of similar length a training batch is computed in by default (`TrainConfig.length_groups`,
         `batch.length_groups`): 1 for documents of one length (a batch is one group anyway); a task whose

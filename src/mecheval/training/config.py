@@ -142,13 +142,17 @@ class TrainConfig(_Strict):
     @classmethod
     def _task_defaults(cls, data: Any) -> Any:
         """The model's vocabulary defaults to the task's, and may not be smaller; `length_groups` defaults to
-        the task's."""
+        the task's; a task with a fixed training set (`Task.training_set_size`) needs `train_size` within it."""
         if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
             return data
         task = data.get("task")
         if not isinstance(task, dict) or "name" not in task:
             return data
-        vocab, groups = task_defaults(task["name"], json.dumps(task.get("params", {}), sort_keys=True))
+        vocab, groups, fixed = task_defaults(task["name"], json.dumps(task.get("params", {}), sort_keys=True))
+        size = data.get("train_size")
+        if fixed is not None and not (isinstance(size, int) and 0 < size <= fixed):
+            raise ValueError(f"train_size: the task trains on its fixed set of {fixed} examples; give train_size "
+                             f"1..{fixed} (the set's first examples), got {size}")
         model = dict(data["model"])
         model.setdefault("vocab_size", vocab)
         if isinstance(model["vocab_size"], int) and model["vocab_size"] < vocab:
@@ -174,7 +178,8 @@ class TrainConfig(_Strict):
 NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers"}
 # field (dotted) -> the default that earlier runs trained with (a config.yaml without the field trained so:
 # `as_trained`, where today's default differs, as length_groups now comes from the task)
-ADDED_LATER = {"train_order": "shuffle", "length_groups": 1, "model.norm_eps": None, "model.final_norm_bias": False, "model.build": "mecheval"}
+ADDED_LATER = {"train_order": "shuffle", "length_groups": 1, "model.norm_eps": None, "model.final_norm_bias": False, "model.build": "mecheval",
+               "task.params.grammar_draw": "mecheval"}
 
 
 def _without_later_defaults(identity: dict, prefix: str = "") -> dict:
@@ -210,13 +215,14 @@ def config_diff(old: TrainConfig | dict, new: TrainConfig) -> list[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def task_defaults(name: str, params_json: str) -> tuple[int, int]:
-    """(vocab_size, length_groups) of the task, the defaults a config takes from it."""
+def task_defaults(name: str, params_json: str) -> tuple[int, int, int | None]:
+    """(vocab_size, length_groups, training_set_size) of the task: the defaults a config takes from it, and the
+    size of its fixed training set (None: drawn)."""
     from mecheval.tasks import make_task
 
     try:
         task = make_task(name, **json.loads(params_json))
-        return task.vocab_size, task.length_groups
+        return task.vocab_size, task.length_groups, task.training_set_size
     except (TypeError, ValueError, KeyError) as e:
         raise ValueError(f"task: cannot build {name!r} with params {params_json}: {e}") from None
 

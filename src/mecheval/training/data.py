@@ -25,7 +25,9 @@ class TrainStream:
     With `pool_size`, a fixed pool of examples is sampled once and read in epochs (batches run across
     epoch boundaries when the pool is not a multiple): `order="shuffle"` reads each epoch in a new
     seeded permutation, `order="replay"` reads the pool in the same order every epoch (the published
-    study's protocol: the same batches in the same order each epoch).
+    study's protocol: the same batches in the same order each epoch). A task with a fixed training set
+    (`Task.training_set_size`, e.g. ATR on the published sets) gives the pool itself: its first `pool_size`
+    examples, the same for every seed.
     """
 
     def __init__(
@@ -34,7 +36,14 @@ class TrainStream:
         if order not in ("shuffle", "replay"):
             raise ValueError(f"order must be 'shuffle' or 'replay', got {order!r}")
         self.task, self.batch_size, self.seed, self.order = task, batch_size, seed, order
-        self.pool = task.sample(pool_size, derive_seed(seed, "pool"), "train") if pool_size else None
+        fixed = task.training_set_size
+        if fixed is not None and not (pool_size and pool_size <= fixed):
+            raise ValueError(f"task {task.name!r} trains on its fixed set of {fixed} examples: the pool size "
+                             f"(train_size) must be 1..{fixed}, got {pool_size}")
+        if fixed is not None:
+            self.pool = task.training_set(pool_size)
+        else:
+            self.pool = task.sample(pool_size, derive_seed(seed, "pool"), "train") if pool_size else None
         self._perm: tuple[int, torch.Tensor] | None = None  # (epoch, permutation) cache
 
     def state(self) -> dict:

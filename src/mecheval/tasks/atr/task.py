@@ -7,6 +7,10 @@ the query, `query` = q. Token ids: PAD 0, BOS 1, EOS 2, terminals [3, 3 + n_term
 
 Splits: `train` and `test` exclude the held-out (query, target) pairs (a `holdout_frac` share of all
 terminal pairs) as queried pairs; `heldout` (only with holdout_frac > 0) queries only them.
+
+Grammar: a seeded draw of ours (`grammar_draw="mecheval"`), or the published easy grammar itself, rebuilt from
+the published generator's draws (`"published"`, `tasks/atr/published.py`); with `"published-sets"` a run with
+`train_size` trains on the published training set itself (`training_set`), in its order.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mecheval.tasks.atr.published import N_TRAIN, SEED, published_documents, published_grammar
 from mecheval.tasks.atr.pcfg import GRAMMARS, Forest, build_grammar, concat, derive, take
 from mecheval.tasks.atr.queries import choose_queries, heldout
 from mecheval.tasks.atr.tree import DependencyTree
@@ -50,7 +55,7 @@ LENGTH_GROUPS = 3
 
 
 class ATRParams(BaseModel):
-    """Parameters of ATR: a published grammar, its seed, and the generalisation split."""
+    """Parameters of ATR: a published grammar, its seed (or the published draw), and the generalisation split."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -58,6 +63,23 @@ class ATRParams(BaseModel):
     grammar_seed: int | None = Field(None, ge=0, description="None: the preset's calibrated seed")
     holdout_frac: float = Field(0.0, ge=0.0, lt=1.0, description="share of (query, target) pairs held out")
     max_length: int = Field(1024, ge=MIN_TERMINALS, le=MAX_SEQ_LEN, description="longest context (terminals); longer ones are redrawn")
+    grammar_draw: Literal["mecheval", "published", "published-sets"] = Field(
+        "mecheval", description="mecheval: our draw of the grammar from its seed; published: the published easy grammar "
+        "itself (RandomState(42), tasks/atr/published.py), documents drawn by our sampler; published-sets: that grammar, "
+        "and a run's training pool (train_size) is the published training set in its order",
+    )
+
+    @model_validator(mode="after")
+    def _published_draw(self) -> "ATRParams":
+        draw = self.grammar_draw
+        if draw != "mecheval" and self.grammar != "easy":
+            raise ValueError(f"grammar_draw {draw!r} is the published easy grammar; it needs grammar 'easy', not {self.grammar!r}")
+        if draw != "mecheval" and self.grammar_seed is not None:
+            raise ValueError(f"grammar_draw {draw!r} has the published seed (42); grammar_seed applies to grammar_draw 'mecheval'")
+        if draw == "published-sets" and self.holdout_frac > 0:
+            raise ValueError("grammar_draw 'published-sets' trains on the published training set, which holds no pairs out; "
+                             "use grammar_draw 'published' with holdout_frac")
+        return self
 
 
 class ATRTask(DocumentTask):
@@ -68,9 +90,11 @@ class ATRTask(DocumentTask):
 
     def __init__(self, params: ATRParams):
         self.params = params
-        seed = CALIBRATED_SEEDS[params.grammar] if params.grammar_seed is None else params.grammar_seed
-        self.grammar_seed = seed
-        self.grammar = build_grammar(GRAMMARS[params.grammar], seed)
+        if params.grammar_draw == "mecheval":
+            seed = CALIBRATED_SEEDS[params.grammar] if params.grammar_seed is None else params.grammar_seed
+            self.grammar_seed, self.grammar = seed, build_grammar(GRAMMARS[params.grammar], seed)
+        else:
+            self.grammar_seed, self.grammar = SEED, published_grammar()
         self.terminal_range = (N_SPECIAL, N_SPECIAL + self.grammar.n_terminals)
 
     @property
@@ -92,6 +116,17 @@ class ATRTask(DocumentTask):
     def length_groups(self) -> int:
         """Documents of very different lengths: LENGTH_GROUPS groups per batch."""
         return LENGTH_GROUPS
+
+    @property
+    def training_set_size(self) -> int | None:
+        """With grammar_draw "published-sets": the published training set's size; else None (drawn)."""
+        return N_TRAIN if self.params.grammar_draw == "published-sets" else None
+
+    def training_set(self, n: int) -> Batch:
+        """The first `n` documents of the published training set, in the published order."""
+        if self.training_set_size is None:
+            raise ValueError("only grammar_draw 'published-sets' has a fixed training set")
+        return self._batch(*published_documents(n, 0)["train"])
 
     @cached_property
     def chance_accuracy(self) -> float:
@@ -129,7 +164,11 @@ class ATRTask(DocumentTask):
     def sample(self, n: int, seed: int, split: str = "train") -> Batch:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        forest, key = self.documents(n, seed, split)
+        return self._batch(*self.documents(n, seed, split))
+
+    def _batch(self, forest: Forest, key: np.ndarray) -> Batch:
+        """The batch of documents `forest` queried at the context positions `key` [n]."""
+        n = len(forest.length)
         m = forest.length  # [B] context terminals
         starts, doc = forest.starts, forest.doc
         pos = 1 + np.arange(len(doc)) - starts[doc]  # sequence position of every terminal
