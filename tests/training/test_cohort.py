@@ -3,6 +3,7 @@ the vmap engine (pure-PyTorch kernels, stacked AdamW) within VMAP_ATOL on every 
 logged loss, with the same accuracies; for every zoo architecture on a tiny AR task."""
 
 import pathlib
+import time
 
 import pandas as pd
 import pytest
@@ -106,6 +107,20 @@ def test_an_early_stop_freezes_one_member_and_not_the_others(tmp_path, member_co
     assert [(s["steps"], s["stopped_early"]) for s in summaries] == [(6, True), (12, False)]
     for got, ref in zip(dirs, solos):
         assert_same_run(got, ref, engine)
+
+
+def test_a_member_records_the_time_of_its_solo_run(tmp_path, member_config, monkeypatch):
+    """Not the finishing of the member before it (its weights and summary, slowed here to a second), which a solo
+    run's time leaves out too."""
+    finish = Trainer.finish
+
+    def slow_finish(self):
+        time.sleep(1.0)
+        return finish(self)
+
+    monkeypatch.setattr(Trainer, "finish", slow_finish)
+    summaries, _ = cohort([member_config(**m) for m in MEMBERS], tmp_path, "loop")
+    assert all(s["wall_time_s"] < 1.0 for s in summaries)
 
 
 @pytest.mark.parametrize("engine", ["loop", "vmap"])
