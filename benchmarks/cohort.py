@@ -3,7 +3,7 @@ per architecture, at the published AR shape (`paper_scale.paper_config`: T = 37,
 
 For each architecture and K, a solo run, the cohort (seeds 0 … K−1, learning rates cycling over the published 1e-3,
 3e-3, 1e-2) and a second solo run train `--steps` steps each, one after another, so that the ratio holds where a
-shared machine's rates move. Each solo run trains in a new process (after 2 untimed steps there), as a sweep
+shared machine's rates move. On a CPU each solo run trains in a new process (after 2 untimed steps there), as a sweep
 worker's would: in this one, the heap that a cohort leaves behind would spare it the page faults that a run pays
 every step in a new process (glibc hands the freed top of its heap back to the OS and faults it in again). A rate is
 steps over the training time the summaries record (evaluation and logging included, model building and finishing
@@ -53,7 +53,10 @@ def train_run(preset: str, steps: int, pool: int, device: str, tmp: Path) -> dic
 
 
 def solo_run(preset: str, steps: int, pool: int, device: str, tmp: Path) -> dict:
-    """One run's summary, trained in a new process after 2 untimed steps there (the numba kernels load)."""
+    """One run's summary; on a CPU trained in a new process after 2 untimed steps there (the numba kernels load), on
+    a GPU in this one (a new process would spend the GPU check's minutes starting CUDA)."""
+    if device == "cuda":
+        return train_run(preset, steps, pool, device, tmp)
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as child:
         return child.submit(_solo_in_new_process, preset, steps, pool, device, tmp).result()
 
