@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 54 item 6 as one prepared command for a lent GPU machine (its python3 holds a CUDA torch), within one call:
-#   1. benchmarks/cohort.py: model-steps/s of cohorts of K = 1, 16, 64, 256 (vmap) against a solo run trained just
-#      before each, attention and Mamba at d = 64 (OUT/cohort-bench.md);
+#   1. benchmarks/cohort.py: model-steps/s of cohorts of K = 1, 16, 64, 256 (vmap) against solo runs trained just
+#      before and after each, attention and Mamba at d = 64 (OUT/cohort-bench.md);
 #   2. benchmarks/gpu_grid.py train: the published AR grid as cohorts (the zoo, d = 16-128, 7 rates, 3 seeds) in
 #      GRID until BUDGET - READ_S - PACK_S seconds after the start (SIGINT: every run checkpoints), resumed by the
 #      next call on the same machine (GRID lies in the ignored out/);

@@ -3,6 +3,7 @@ DeltaNet dispatches to it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import example, given, settings
@@ -40,3 +41,17 @@ def test_long_sequence_float32():
     args = delta_inputs(2, 6 * TC + 1, 1, 33, 17, seed=1)
     for name, f, r in zip(["o", "q", "k", "v", "beta"], grads(delta_rule_fused, args, 1), grads(delta_rule_loop, args, 1)):
         assert_rel_close(f, r, rtol=1e-4, name=name)
+
+
+@pytest.mark.parametrize("d", [16, 7])
+def test_same_inputs_give_the_same_bits_wherever_the_heap_puts_the_scratch(d):
+    """A vectorised sum in a loop that also stores takes LLVM's scalar fallback when the runtime alias check
+    finds two arrays within a few vectors of each other, and sums in another order there: the backward's
+    scratch rows, allocated afresh each call, once made ∂β differ in its last bits between calls (at d = 16,
+    most calls here); d = 7 takes the backward's loop over an odd last row."""
+    args = delta_inputs(4, 9, 1, d, d, seed=2)
+    first = grads(delta_rule_fused, args, 2)
+    rng, held = np.random.default_rng(0), []
+    for _ in range(40):
+        held.append(np.empty(rng.integers(1, 2000), np.uint8))  # another heap layout for each call
+        assert all(torch.equal(a, b) for a, b in zip(grads(delta_rule_fused, args, 2), first, strict=True))

@@ -12,8 +12,13 @@ opened, locked and checked as `train` opens it; a member's checkpoint resumes it
     auto   vmap on a GPU, loop on a CPU (where stacking does not pay: docs/speed.md).
 The vmap engine steps the unfinished members at the lowest step (members resumed at different steps catch up
 first), the loop engine one member after another; a member whose early stop fires is finished at once (weights,
-summary) and frozen; one whose loss or weights turn non-finite fails alone (its DivergedError is its result). Each step's wall and CPU time is split evenly among the
-members that took it, so that the members' times add up to the cohort's.
+summary) and frozen; one whose loss or weights turn non-finite fails alone (its DivergedError is its result).
+The loop engine frees a finished member's model, optimiser and data: the next member's steps reuse that memory
+(otherwise glibc hands the freed top of its heap back to the OS and faults it in again every step: 1,600 page
+faults a step, 12% of its CPU time, for attention at d = 64 in a cohort of 64; 30 with it).
+Each step's wall and CPU time is split evenly among the members that took it; a member's logging, evaluation and
+checkpoints are its own time, but for those after its last step and its finishing, which a solo run's time leaves
+out too: a member records the time its solo run would.
 """
 
 from __future__ import annotations
@@ -154,7 +159,9 @@ class Cohort:
                 for m in members:
                     logs.enter_context(m.logging())
                 clock = Stopwatch()
-                while running := self._finish_done(results):
+                running = self._finish_done(results, range(len(members)))
+                while running:
+                    clock.lap()  # finishing members: after their last step, which a solo run's time ends with
                     if STOP.is_set():
                         for k in running:
                             members[k].checkpoint()
@@ -169,15 +176,22 @@ class Cohort:
                             members[k].after_step()
                         except DivergedError as e:  # this member fails alone; the others go on
                             results[k] = e
+                        wall, cpu = clock.lap()  # its logging, evaluation and checkpoint: its own, as alone
+                        if not members[k].done:
+                            members[k].add_time(wall, cpu)
                     bar.update(len(rows))
+                    ended = set(rows) - set(self._finish_done(results, rows))  # only the members that stepped change
+                    running = [k for k in running if k not in ended]
         finally:
             bar.close()
         return [results[k] for k in range(len(members))]
 
-    def _finish_done(self, results: dict[int, dict | Exception]) -> list[int]:
-        """Finishes the members that are done (weights, summary: into `results`); returns the rows still training."""
+    def _finish_done(self, results: dict[int, dict | Exception], rows) -> list[int]:
+        """Finishes the members at `rows` that are done (weights, summary: into `results`); returns those of `rows`
+        still training."""
         running = []
-        for k, m in enumerate(self.members):
+        for k in rows:
+            m = self.members[k]
             if k in results:
                 continue
             if not m.done:
@@ -187,6 +201,8 @@ class Cohort:
                 results[k] = m.finish()
             except DivergedError as e:
                 results[k] = e
+            if self.stacked is None:  # the loop engine's next member reuses its memory instead of faulting in new pages
+                m.release()
         return running
 
     def _stepping(self, running: list[int]) -> list[int]:

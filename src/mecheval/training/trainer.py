@@ -390,6 +390,10 @@ class Trainer:
             bar.close()
         return self.finish()
 
+    def release(self) -> None:
+        """Drops the model, optimiser and data of a finished run, for the memory (a cohort's next member's)."""
+        self.lm = self.opt = self.stream = self.evals = None
+
     def finish(self) -> dict:
         """Writes the final weights and summary.json (the mark of a finished run), drops the checkpoint."""
         self.check_finite()

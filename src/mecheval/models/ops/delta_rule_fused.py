@@ -10,13 +10,19 @@ G = ∂L/∂S_t:
     G += q_t do_t^T;   ∂q_t = S_t do_t;   ∂u_t = G^T k_t;   ∂k_t = G u_t - S_{t-1} g_t   (g_t = β_t ∂u_t)
     ∂v_t = g_t;   ∂β_t = ∂u_t · e_t;   G <- G - k_t g_t^T   (∂L/∂S_{t-1})
 
-in one pass over the rows of G and S per step, which first walks S back, S_{t-1} = S_t - k_t u_t^T
+in one sweep over the rows of G and S per step, which first walks S back, S_{t-1} = S_t - k_t u_t^T
 (the saved state instead when step t starts a chunk, so rounding drifts over < TC steps): the last two
 updates of step t and the first four of step t - 1 read the same rows (S_t of step t - 1 is S_{t-1}).
 Rows of S and G are contiguous in d_v, so every pass is a vectorised loop over d_v, on two (backward)
 or four (forward) rows at once so that the [d_v] accumulators (o, e, ∂u) go through memory once per
 group. Sums may be reassociated and multiply-adds fused (fastmath "reassoc", "contract"), so results
 differ from a strict order in the last bits. CPU, float32 or float64.
+
+Same inputs, same bits: no loop both sums and stores. LLVM guards a vectorised loop that stores by a run-time
+check that its arrays lie far enough apart, else runs it scalar, and a scalar sum adds in another order than
+a vector one: the backward's scratch rows, allocated afresh each call, sometimes lay within a few vectors of
+each other, and ∂β differed in its last bits from call to call (a DeltaNet run from one training to the next).
+The backward therefore updates a pair of rows in one loop and sums over them, still in cache, in the next.
 """
 
 from __future__ import annotations
@@ -102,18 +108,20 @@ def _delta_bwd(q, k, beta, e, S_end, do, dq, dk_, dv_, dbeta):  # pragma: no cov
             u[j] = bt * et[j]
         for i in range(dk):  # begin step T - 1: G += q do^T; ∂q = S_t do; ∂u = G^T k; ∂k = G u
             Gi, Si, qi, ki = G[i], S[i], qt[i], kt[i]
-            aq, ak = zero, zero
             for j in range(dv):
-                aq += Si[j] * dout[j]
                 Gi[j] += qi * dout[j]
                 du[j] += Gi[j] * ki
+            aq, ak = zero, zero
+            for j in range(dv):  # the sums in a loop of their own (see the module's docstring)
+                aq += Si[j] * dout[j]
                 ak += Gi[j] * u[j]
             dq[b, T - 1, h, i], dk_[b, T - 1, h, i] = aq, ak
         for t in range(T - 1, -1, -1):  # u holds u_t, du holds ∂u_t
             kt, bt, et, dkt, gt = k[b, t, h], beta[b, t, h], e[b, t, h], dk_[b, t, h], dv_[b, t, h]
             ab = zero
-            for j in range(dv):  # ∂β = ∂u · e; ∂v = g = β ∂u
+            for j in range(dv):  # ∂β = ∂u · e
                 ab += du[j] * et[j]
+            for j in range(dv):  # ∂v = g = β ∂u
                 g[j] = bt * du[j]
             dbeta[b, t, h] = ab
             gt[:] = g
@@ -132,33 +140,34 @@ def _delta_bwd(q, k, beta, e, S_end, do, dq, dk_, dv_, dbeta):  # pragma: no cov
             while i + 1 < dk:  # the loop below on two rows at once: ∂u goes through memory once per pair
                 G0, G1, S0, S1 = G[i], G[i + 1], S[i], S[i + 1]
                 k0, k1, r0, r1, q0, q1, p0, p1 = kt[i], kt[i + 1], kr[i], kr[i + 1], qp[i], qp[i + 1], kp[i], kp[i + 1]
-                a0, a1, aq0, aq1, ak0, ak1 = zero, zero, zero, zero, zero, zero
                 for j in range(dv):
-                    s0, s1 = S0[j] - r0 * u[j], S1[j] - r1 * u[j]
-                    S0[j], S1[j] = s0, s1
-                    a0 += s0 * g[j]
-                    a1 += s1 * g[j]
+                    S0[j] -= r0 * u[j]
+                    S1[j] -= r1 * u[j]
                     h0, h1 = G0[j] + (q0 * dp[j] - k0 * g[j]), G1[j] + (q1 * dp[j] - k1 * g[j])
                     G0[j], G1[j] = h0, h1
-                    aq0 += s0 * dp[j]
-                    aq1 += s1 * dp[j]
                     du[j] += h0 * p0 + h1 * p1
-                    ak0 += h0 * up[j]
-                    ak1 += h1 * up[j]
+                a0, a1, aq0, aq1, ak0, ak1 = zero, zero, zero, zero, zero, zero
+                for j in range(dv):  # the sums over the updated rows
+                    a0 += S0[j] * g[j]
+                    a1 += S1[j] * g[j]
+                    aq0 += S0[j] * dp[j]
+                    aq1 += S1[j] * dp[j]
+                    ak0 += G0[j] * up[j]
+                    ak1 += G1[j] * up[j]
                 dkt[i] -= a0
                 dkt[i + 1] -= a1
                 dqp[i], dkp[i], dqp[i + 1], dkp[i + 1] = aq0, ak0, aq1, ak1
                 i += 2
             for i in range(i, dk):
                 Gi, Si, ki, ri, qi, kpi = G[i], S[i], kt[i], kr[i], qp[i], kp[i]
-                a, aq, ak = zero, zero, zero
                 for j in range(dv):
-                    s = Si[j] - ri * u[j]  # S_{t-1}
-                    Si[j] = s
-                    a += s * g[j]  # finish t: ∂k_t -= S_{t-1} g; G <- G - k g^T
-                    Gi[j] += qi * dp[j] - ki * g[j]  # begin t - 1 with S_{t-1} and the updated G
-                    aq += s * dp[j]
+                    Si[j] -= ri * u[j]  # S_{t-1}
+                    Gi[j] += qi * dp[j] - ki * g[j]  # finish t: G <- G - k g^T; begin t - 1: G += q do^T
                     du[j] += Gi[j] * kpi
+                a, aq, ak = zero, zero, zero
+                for j in range(dv):  # finish t: ∂k_t -= S_{t-1} g; begin t - 1 with S_{t-1} and the updated G
+                    a += Si[j] * g[j]
+                    aq += Si[j] * dp[j]
                     ak += Gi[j] * up[j]
                 dkt[i] -= a
                 dqp[i], dkp[i] = aq, ak

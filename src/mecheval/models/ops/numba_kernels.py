@@ -7,6 +7,10 @@ the short conv's forward at [32, 37, 128] × 4 taps, 0.24 ms parallel vs 0.06 ms
 most of these kernels' work at the study's sizes. The twins run the same loop bodies, so their results
 agree (tests compare them).
 
+A reassociated (vectorised) sum never shares its loop with a store: LLVM runs a storing loop scalar when a
+run-time check finds its arrays close together in memory, which would make a sum's order, and so its last
+bits, depend on where the heap put them (`delta_rule_fused` explains the case that taught it).
+
 On CPUs with AVX-512, LLVM's tuning for most of them prefers 256-bit vectors; the kernels are compiled
 for 512-bit ones instead (measured on the published AR step, one thread: Mamba +7%, DeltaNet +16%, H3
 +6%; `benchmarks/paper_scale.py`). Like the threading layer this is numba's process-wide setting, made
