@@ -25,6 +25,13 @@ def test_a_best_rate_is_bracketed_only_with_a_worse_rate_on_each_side():
     assert table.loc[("based", 1e-3), "rates"] == 3 and table.loc[("mamba", 1e-2), "published"] == 0.77
 
 
+def test_the_best_rate_is_chosen_on_the_seeds_every_rate_ran_as_the_findings_choose_it():
+    runs = _runs([("mamba", 64, 3e-3, 0, 0.74, "direct retrieval"), ("mamba", 64, 1e-2, 0, 0.77, "direct retrieval"),
+                  ("mamba", 64, 1e-2, 1, 0.70, "direct retrieval"), ("mamba", 64, 1e-2, 2, 0.00, "not learned")])
+    table = rate_table(runs).set_index("lr")
+    assert table.loc[1e-2, "best"] and table.loc[1e-2, "seeds"] == 3 and not table.loc[3e-3, "best"]
+
+
 def test_seeds_of_one_rate_are_averaged_with_a_multi_bootstrap_interval():
     runs = _runs([("attention", 64, 1e-3, s, acc, v) for s, acc, v in
                   ((0, 1.0, "induction"), (1, 0.03, "not learned"), (2, 1.0, "induction"))])

@@ -26,6 +26,7 @@ from mecheval.report.compare import published_accuracy, published_verdict  # noq
 from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels, multi_bootstrap  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
+from mecheval.sweeps.table import on_shared_seeds  # noqa: E402
 
 CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
 NO_VERDICT = "not read"
@@ -55,7 +56,8 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
 def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, rate) of `committed_runs`: `seeds` (distinct seeds), `acc` (mean over its runs), `verdict` (the most
     common; `not read` where none was), `verdicts` (counts in words), `published` (the study's accuracy, NaN
-    where none), `best` (the cell's rate with the highest mean accuracy), `rates` (how many the cell tried),
+    where none), `best` (the cell's rate with the highest mean accuracy on the seeds every rate ran, as
+    `sweeps.table.best_lr` chooses), `rates` (how many the cell tried),
     `bracketed` (the best rate has a tried rate below and above it)."""
     rows = []
     for key, cell in runs.groupby(CELL, sort=True, dropna=False):
@@ -72,7 +74,9 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
                             "verdict": counts.index[0],
                             "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
                             "published": np.nan if published is None else published})
-        best = max(range(len(by_rate)), key=lambda i: by_rate[i]["acc"])
+        on_shared = cell[on_shared_seeds(cell, pd.Series("", index=cell.index))]  # rates compared as `best_lr` does
+        means = on_shared.groupby("optim.lr", sort=True)["acc"].mean()
+        best = [r["lr"] for r in by_rate].index(float(means.idxmax()))
         for i, row in enumerate(by_rate):
             row |= {"best": i == best, "rates": len(by_rate), "bracketed": 0 < best < len(by_rate) - 1}
         rows += by_rate

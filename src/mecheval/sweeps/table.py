@@ -91,7 +91,7 @@ def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
         group = done[GROUP]
     else:
         group = as_text(done[keys]).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
-    compared = done[_on_shared_seeds(done, group)]
+    compared = done[on_shared_seeds(done, group)]
     means = compared.groupby([group[compared.index], compared[LR]])[metric].mean().rename("mean").reset_index()
     means.columns = ["group", LR, "mean"]
     chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")
@@ -100,7 +100,7 @@ def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     return best.sort_values(keys + ([SEED] if SEED in best else []) or ["name"], kind="stable").reset_index(drop=True)
 
 
-def _on_shared_seeds(done: pd.DataFrame, group: pd.Series) -> pd.Series:
+def on_shared_seeds(done: pd.DataFrame, group: pd.Series) -> pd.Series:
     """[rows] whether a finished run's seed is one that every learning rate of its group ran (every row of a
     group whose rates share no seed, or of a table without seeds)."""
     if SEED not in done:
