@@ -26,7 +26,7 @@ from mecheval.report.compare import published_accuracy, published_verdict  # noq
 from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels, multi_bootstrap  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
-from mecheval.sweeps.table import on_shared_seeds  # noqa: E402
+from mecheval.sweeps.table import best_rates  # noqa: E402
 
 CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
 NO_VERDICT = "not read"
@@ -74,9 +74,8 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
                             "verdict": counts.index[0],
                             "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
                             "published": np.nan if published is None else published})
-        on_shared = cell[on_shared_seeds(cell, pd.Series("", index=cell.index))]  # rates compared as `best_lr` does
-        means = on_shared.groupby("optim.lr", sort=True)["acc"].mean()
-        best = [r["lr"] for r in by_rate].index(float(means.idxmax()))
+        [best_rate] = best_rates(cell, pd.Series("", index=cell.index), "acc")  # as `best_lr` chooses it
+        best = [r["lr"] for r in by_rate].index(float(best_rate))
         for i, row in enumerate(by_rate):
             row |= {"best": i == best, "rates": len(by_rate), "bracketed": 0 < best < len(by_rate) - 1}
         rows += by_rate

@@ -91,16 +91,22 @@ def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
         group = done[GROUP]
     else:
         group = as_text(done[keys]).agg("|".join, axis=1) if keys else pd.Series("", index=done.index)
-    compared = done[on_shared_seeds(done, group)]
-    means = compared.groupby([group[compared.index], compared[LR]])[metric].mean().rename("mean").reset_index()
-    means.columns = ["group", LR, "mean"]
-    chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")
-    picked = set(zip(chosen["group"], chosen[LR]))
+    picked = set(best_rates(done, group, metric).items())
     best = done.loc[[(g, lr) in picked for g, lr in zip(group, done[LR])]]
     return best.sort_values(keys + ([SEED] if SEED in best else []) or ["name"], kind="stable").reset_index(drop=True)
 
 
-def on_shared_seeds(done: pd.DataFrame, group: pd.Series) -> pd.Series:
+def best_rates(done: pd.DataFrame, group: pd.Series, metric: str) -> pd.Series:
+    """group -> its best learning rate (`best_lr`'s choice): the highest mean `metric` on the seeds every rate of
+    the group ran (`_on_shared_seeds`), ties to the smaller rate. done: finished runs; group: [rows] their group."""
+    compared = done[_on_shared_seeds(done, group)]
+    means = compared.groupby([group[compared.index], compared[LR]])[metric].mean().rename("mean").reset_index()
+    means.columns = ["group", LR, "mean"]
+    chosen = means.sort_values(["mean", LR], ascending=[False, True], kind="stable").drop_duplicates("group")
+    return chosen.set_index("group")[LR]
+
+
+def _on_shared_seeds(done: pd.DataFrame, group: pd.Series) -> pd.Series:
     """[rows] whether a finished run's seed is one that every learning rate of its group ran (every row of a
     group whose rates share no seed, or of a table without seeds)."""
     if SEED not in done:
