@@ -744,7 +744,7 @@ def design_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
         configs = [r.read_config() for r in runs]
         finals = {c.seed: [m for m in store_runs.metrics(r.path) if "eval" in m][-1]["eval"]["test"]["acc"] for r, c in zip(runs, configs)}
         cpu = sum(store_runs.summary(r.path)["cpu_time_s"] for r in runs) / 60
-        designs = {str(_design(c)): _design(c) for c in configs}
+        designs = {str(d): d for d in map(_design, configs)}
         if len(designs) != 1:
             raise PageError(f"{page}: generated block 'design {_args(args)}': {sweep} mixes {len(designs)} designs")
         [design] = designs.values()
