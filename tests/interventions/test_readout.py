@@ -47,3 +47,17 @@ def test_the_core_returns_the_tables_the_pipeline_writes(tmp_path):
     assert written["verdict"] == readout.verdict.label and written["n_examples"] == readout.prompts["n_examples"] == 64
     assert all(written[k] == v for k, v in readout.prompts.items())
     assert (tmp_path / "interventions" / "state_curve.png").exists() and (tmp_path / "interventions" / "key_profile.png").exists()
+
+
+def test_a_run_read_into_another_directory_is_held_by_a_readers_lock(tmp_path):
+    """Reading a run into another directory takes the run's reader lock: another reader beside it is fine (two
+    readouts of one committed run at once, as tests and users run them), its writer is not (one line)."""
+    from mecheval.training.lock import DirLock, LockedError
+
+    spec = ReadoutSpec(n=16, sites=["resid_pre"], analyses=[])
+    with DirLock(QUICK_MAMBA, "run directory", shared=True):
+        _, verdict = intervene_run(QUICK_MAMBA, spec, out=tmp_path / "a")
+    assert (tmp_path / "a" / "verdict.json").exists() and verdict is not None
+    with DirLock(QUICK_MAMBA, "run directory"), pytest.raises(LockedError, match="in use by pid"):
+        intervene_run(QUICK_MAMBA, spec, out=tmp_path / "b")
+    assert not (tmp_path / "b" / "verdict.json").exists()

@@ -228,3 +228,33 @@ def test_a_run_whose_clean_and_corrupt_agree_has_undefined_intervals_and_no_warn
         warnings.simplefilter("error")
         lo, hi = bootstrap_attribution(patched, p, p)
     assert lo.shape == hi.shape == (2,) and not np.isfinite(lo).any() | np.isfinite(hi).any()
+
+
+def _accuracy(acc: float, n: int = 512, chance: float = 1 / 16, subset: str = "all"):
+    from mecheval.interventions.metrics import accuracy_interval
+    from mecheval.interventions.verdict import Accuracy
+
+    lo, hi = accuracy_interval(round(acc * n), n)
+    return Accuracy(pd.DataFrame({"subset": [subset], "acc": [acc], "acc_lo": [lo], "acc_hi": [hi], "n": [n]}), chance)
+
+
+def test_a_model_at_chance_is_not_learned_whatever_its_effect():
+    """A clear effect and a clean direct-retrieval pattern, but accuracy 0.07 on 512 examples with chance 1/16
+    (not above it by a one-sided binomial test): `not learned`, the accuracy named; just above chance it keeps its
+    label; an accuracy table without the subset read, or an unknown chance, decides nothing."""
+    table = _synthetic(0.0, 0.05, 0.95)
+    assert mechanism(table).label == "direct retrieval"
+    v = mechanism(table, accuracy=_accuracy(0.07))
+    assert v.label == "not learned" and "accuracy 0.07" in v.detail and "chance 0.06" in v.detail
+    assert mechanism(table, accuracy=_accuracy(0.10)).label == "direct retrieval"  # 51 of 512: p < 0.001
+    assert mechanism(table, accuracy=_accuracy(0.07, subset="outside")).label == "direct retrieval"
+    assert mechanism(table, accuracy=_accuracy(0.07, chance=float("nan"))).label == "direct retrieval"
+    assert mechanism(table, accuracy=_accuracy(0.07, chance=0.0)).label == "direct retrieval"
+
+
+def test_a_one_layer_model_without_a_conv_at_chance_reads_not_learned():
+    one_layer = _synthetic(0, 0, 0).assign(layer=0, n_layers=1)
+    v = mechanism(one_layer, accuracy=_accuracy(0.05))
+    assert v.label == "not learned" and "not above chance" in v.detail and "no site to read" in v.detail
+    with pytest.raises(ValueError, match="no site between the embedding"):
+        mechanism(one_layer, accuracy=_accuracy(0.5))

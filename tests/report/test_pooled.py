@@ -121,7 +121,7 @@ def test_the_findings_table_reads_each_finding_on_its_pool(tmp_path):
 
 def test_the_pooled_block_shows_where_key_and_value_meet_at_each_width(tmp_path):
     """Across widths the layer whose conv binds key and value may move: the pool lists each run's binding cell
-    with its width (Mamba d_conv 2 and 3 at d = 16 and 32, committed)."""
+    with its width (Mamba d_conv 2 and 3 at d = 16 and 32 at lr 1e-2, committed)."""
     for width in (16, 32):
         (tmp_path / "results" / f"paper-d{width}").mkdir(parents=True)
         (tmp_path / "results" / f"paper-d{width}" / "ar-mamba-conv").symlink_to(
@@ -134,9 +134,10 @@ def test_the_pooled_block_shows_where_key_and_value_meet_at_each_width(tmp_path)
     rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in formed.splitlines() if line.startswith("| mamba")}
     assert set(rows) == {("mamba (d_conv 2)", "16", "0"), ("mamba (d_conv 3)", "16", "0"),
                          ("mamba (d_conv 2)", "32", "0"), ("mamba (d_conv 3)", "32", "0")}
-    assert "conv_out L0 key+" in rows[("mamba (d_conv 2)", "16", "0")]  # d = 16: layer 0 binds with d_conv 2 ...
-    assert "conv_out L1 key+" in rows[("mamba (d_conv 3)", "16", "0")]  # ... layer 1 with d_conv 3
+    assert "conv_out L1 key+" in rows[("mamba (d_conv 3)", "16", "0")]  # d = 16: layer 1 binds with d_conv 3 ...
+    assert "conv_out L0 key+" in rows[("mamba (d_conv 2)", "32", "0")]  # ... d = 32: layer 0 with d_conv 2
     assert "| not learned | – | – |" in rows[("mamba (d_conv 3)", "32", "0")]  # not learned at d = 32, lr 1e-2: no cell
+    assert "| not learned | – | – |" in rows[("mamba (d_conv 2)", "16", "0")]  # at chance (0.06, 1/16): no cell
 
 
 def test_a_pool_keeps_the_architectures_it_names_and_lists_only_the_studies_they_came_from(tmp_path):

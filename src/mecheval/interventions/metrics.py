@@ -75,4 +75,4 @@ def accuracy_interval(correct: int, n: int, level: float = 0.95) -> tuple[float,
 
 def above_chance(correct: int, n: int, chance: float, alpha: float = 0.05) -> bool:
     """One-sided binomial test: is the accuracy significantly above `chance` (at level alpha)?"""
-    return n > 0 and binomtest(int(correct), int(n), chance, alternative="greater").pvalue < alpha
+    return n > 0 and bool(binomtest(int(correct), int(n), chance, alternative="greater").pvalue < alpha)

@@ -26,7 +26,8 @@ from mecheval.interventions.pointer import pointer_control
 from mecheval.interventions.spec import VERDICT_ROLE, ReadoutSpec
 from mecheval.interventions.state_readout import state_curve, state_sites
 from mecheval.interventions.two_token import two_token_ablation, two_token_sites
-from mecheval.interventions.verdict import JOINT, ROLES, NothingToRead, Verdict, mechanism, read_point, shows_attributions
+from mecheval.interventions.verdict import (JOINT, ROLES, Accuracy, NothingToRead, Verdict, mechanism, read_point,
+                                            shows_attributions)
 from mecheval.models.sites import matches
 from mecheval.training.prompts import unseen_sample
 
@@ -93,8 +94,9 @@ def compute_readout(
     if "two-token" in spec.analyses and two_token_sites(lm):
         out["two_token"] = two_token_ablation(lm, outside)
     if spec.labelled:
+        accuracy = Accuracy(out["accuracy"], task.chance_accuracy)
         out["verdict"], out["carriers"], out["pointer"] = read_with_controls(
-            lm, task, batch, df, masks, VERDICT_ROLE, spec.min_effect, window, spec.seed)
+            lm, task, batch, df, masks, VERDICT_ROLE, spec.min_effect, window, spec.seed, accuracy)
     verdict = out.get("verdict")
     if "state" in spec.analyses and state_sites(lm):
         if verdict is None or shows_attributions(verdict.label):
@@ -153,36 +155,37 @@ def prompts_read(lm, task, n: int, seed: int, split: str, train_ids) -> tuple:
 
 def read_verdict(
     df: pd.DataFrame, window: pd.DataFrame | None, corrupt: str, min_effect: float, carriers: pd.DataFrame | None = None,
-    pointer: pd.DataFrame | None = None,
+    pointer: pd.DataFrame | None = None, accuracy: Accuracy | None = None,
 ) -> Verdict | None:
     """The verdict of an interventions table (sufficiency rows with `resid_pre` at the key, value and query), None
-    where it has nothing to read."""
+    where it has nothing to read; accuracy: the accuracy on the examples read, against chance (`verdict.Accuracy`)."""
     at_read = df[(df["site"] == "resid_pre") & (df["corrupt"] == corrupt)]
     if not set(ROLES) <= set(at_read["position"].astype(str)):  # e.g. only --positions key+1 was patched
         return None
     try:
-        return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window, carriers=carriers, pointer=pointer)
+        return mechanism(df, corrupt=corrupt, min_effect=min_effect, conv_window=window, carriers=carriers, pointer=pointer,
+                         accuracy=accuracy)
     except NothingToRead:  # a 1-layer model without a conv: nothing to read but the embedding
         return None
 
 
 def read_with_controls(
     lm, task, batch, df: pd.DataFrame, masks: dict, corrupt: str, min_effect: float, window: pd.DataFrame | None,
-    seed: int = 0,
+    seed: int = 0, accuracy: Accuracy | None = None,
 ) -> tuple[Verdict | None, pd.DataFrame | None, pd.DataFrame | None]:
     """(the verdict, the full-window table, the pointer control): `read_verdict`, then at its read point the
     full-window readout (`carriers.py`; also by the queried key's distance from the answer, subsets `distance
     d`: where the artefact control's trivial readouts are) and, for a model that learned, the pointer control
     (`pointer.py`, on the verdict's subset; tasks with `Task.move`), and the verdict decided again with both
-    (single-answer batches; else without them)."""
-    verdict = read_verdict(df, window, corrupt, min_effect)
+    (single-answer batches; else without them); accuracy as `read_verdict`'s."""
+    verdict = read_verdict(df, window, corrupt, min_effect, accuracy=accuracy)
     if verdict is None or batch.answer.dim() != 1:
         return verdict, None, None
     carriers = carriers_table(lm, task, batch, corrupt, verdict.site, verdict.layer, seed=seed,
                               subsets=masks | distance_subsets(batch))
     pointer = None if verdict.label == "not learned" else pointer_at(lm, task, batch, masks, verdict.site,
                                                                       verdict.layer, verdict.subset, seed)
-    return read_verdict(df, window, corrupt, min_effect, carriers, pointer), carriers, pointer
+    return read_verdict(df, window, corrupt, min_effect, carriers, pointer, accuracy), carriers, pointer
 
 
 def pointer_at(lm, task, batch, masks: dict, site: str, layer: int, subset: str, seed: int) -> pd.DataFrame | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -36,10 +37,12 @@ from mecheval.interventions.readout import (PROMPT_FIELDS, READ_SETTINGS, Readou
                                             print_note, prompts_read, read_settings, read_verdict)
 from mecheval.interventions.spec import VERDICT_ROLE, ReadoutSpec
 from mecheval.interventions.two_token import TWO_TOKEN
-from mecheval.interventions.verdict import JOINT, LABELS, Verdict
+from mecheval.interventions.verdict import JOINT, LABELS, Accuracy, Verdict
 from mecheval.models.sites import matches
+from mecheval.tasks import chance_accuracy
 from mecheval.training.prompts import run_training_ids, unseen_sample
-from mecheval.training.lock import run_locked
+from mecheval.training.lock import DirLock, run_locked
+from mecheval.training.run_dir import RunDir
 
 RUN_MARKERS = ("config.yaml", "model.safetensors")  # files every finished run directory holds
 
@@ -75,10 +78,11 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
     return table
 
 
-# verdict.json's `rules`: 4 = read on prompts unseen in training, a direct retrieval at the query checked by the
+# verdict.json's `rules`: 5 = a model whose accuracy on the examples read is not above chance is `not learned`
+# whatever its effect; 4 = read on prompts unseen in training, a direct retrieval at the query checked by the
 # pointer control; 3 = labels decided by intervals, direct retrieval by the full-window readout's joint patch
 # where read (2: by the joint key&query patch; 1: points)
-VERDICT_RULES = 4
+VERDICT_RULES = 5
 VERDICT = "verdict.json"
 SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
 NUMBER = (int, float)
@@ -148,21 +152,31 @@ def write_verdict(run_dir: Path, verdict: Verdict, min_effect: float, source: st
 
 
 @run_locked
-def relabel_run(run_dir: Path, min_effect: float) -> Verdict | None:
+def relabel_run(run_dir: Path, min_effect: float, chance: float | None = None) -> Verdict | None:
     """verdict.json decided anew by the current rules from the run's committed tables (interventions.parquet,
-    conv_window.parquet and carriers.parquet where present): no model is built, nothing is patched. A
-    table without the full-window readout is read with the joint key&query rows, and without those with the
-    published sum and its intervals' sum. None where nothing can be read."""
-    return _relabel(Path(run_dir), min_effect)
+    conv_window.parquet, carriers.parquet, the pointer control and accuracy.parquet where present): no model is
+    built, nothing is patched. A table without the full-window readout is read with the joint key&query rows, and
+    without those with the published sum and its intervals' sum. chance: the task's chance accuracy, which the
+    `learned` test reads (None: that of the task in run_dir's config.yaml). None where nothing can be read."""
+    run_dir = Path(run_dir)
+    return _relabel(run_dir, min_effect, task_chance(run_dir) if chance is None else chance)
 
 
-def _relabel(run_dir: Path, min_effect: float, prompts: dict | None = None) -> Verdict | None:
+def task_chance(run_dir: Path) -> float:
+    """The chance accuracy of the task a run trained on (its config.yaml, read importing no plug-in: NaN for a
+    plug-in task)."""
+    return chance_accuracy(RunDir(run_dir).read_config_data()["task"])
+
+
+def _relabel(run_dir: Path, min_effect: float, chance: float, prompts: dict | None = None) -> Verdict | None:
     """`relabel_run` without the lock; `prompts` as `write_verdict`'s."""
     df = pd.read_parquet(run_dir / "interventions.parquet")
     if VERDICT_ROLE not in set(df["corrupt"]):
         return None
+    table = _optional(run_dir / "accuracy.parquet")
     verdict = read_verdict(df, _optional(run_dir / "conv_window.parquet"), VERDICT_ROLE, min_effect,
-                           _optional(run_dir / "carriers.parquet"), _optional(run_dir / POINTER))
+                           _optional(run_dir / "carriers.parquet"), _optional(run_dir / POINTER),
+                           None if table is None else Accuracy(table, chance))
     if verdict is not None:
         write_verdict(run_dir, verdict, min_effect, source="relabelled", prompts=prompts)
     return verdict
@@ -189,7 +203,7 @@ def recheck_run(readout_dir: Path, run_dir: Path, spec: ReadoutSpec) -> bool:
                                                                       old["layer"], old["subset"], spec.seed)
     if pointer is not None:
         write_table(readout_dir, POINTER, pointer)
-    _relabel(readout_dir, spec.min_effect, prompts)
+    _relabel(readout_dir, spec.min_effect, task.chance_accuracy, prompts)
     return True
 
 
@@ -250,7 +264,6 @@ def check_replace(out_dir: Path, spec: ReadoutSpec) -> None:
                                f"(`out=DIR`), or pass `replace=True` to read them again there")
 
 
-@run_locked
 def intervene_run(
     run_dir: Path, spec: ReadoutSpec = ReadoutSpec(), *, out: Path | None = None, replace: bool = False,
     on_note: Callable[[str], None] = print_note,
@@ -265,17 +278,20 @@ def intervene_run(
     accuracy.parquet (accuracy with Wilson intervals per subset and key distance), for single-answer tasks
     examples.parquet (`example_table`: the same per example, for like-for-like comparisons) and, read in the
     sufficiency direction, carriers.parquet (the full-window readout at the verdict's read point).
-    out: the directory written (default: the run directory). An analysis not asked for keeps its files (a
-    conv-window table is read by the verdict); readouts of another kind, or read on other examples (n, seed,
-    split: `check_replace`), are not written over unless `replace`.
+    out: the directory written (default: the run directory), held by its lock meanwhile; a run read into another
+    directory is held by a reader's lock (readers of one run at once, none beside its writer). An analysis not
+    asked for keeps its files (a conv-window table is read by the verdict); readouts of another kind, or read on
+    other examples (n, seed, split: `check_replace`), are not written over unless `replace`.
     """
     from mecheval import load_run
 
     out_dir = Path(out) if out is not None else Path(run_dir)
-    if not replace:
-        check_replace(out_dir, spec)
-    lm, task, cfg = load_run(run_dir)
-    return intervene_model(out_dir, lm, task, spec, train_ids=_trained_on(run_dir, cfg), on_note=on_note)
+    elsewhere = out_dir.resolve() != Path(run_dir).resolve()
+    with DirLock(out_dir, "run directory"), DirLock(run_dir, "run directory", shared=True) if elsewhere else nullcontext():
+        if not replace:
+            check_replace(out_dir, spec)
+        lm, task, cfg = load_run(run_dir)
+        return intervene_model(out_dir, lm, task, spec, train_ids=_trained_on(run_dir, cfg), on_note=on_note)
 
 
 def intervene_model(

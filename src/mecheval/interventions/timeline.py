@@ -32,7 +32,7 @@ from mecheval.interventions.conv_window import best_cell, conv_window
 from mecheval.interventions.patching import interchange
 from mecheval.interventions.readout import read_verdict, read_with_controls
 from mecheval.interventions.runs import VERDICT_RULES
-from mecheval.interventions.verdict import JOINT, ROLES
+from mecheval.interventions.verdict import JOINT, ROLES, Accuracy
 from mecheval.training.lock import run_locked
 
 TIMELINE = "timeline.parquet"
@@ -85,12 +85,13 @@ def _previous(path: Path, params: dict) -> pd.DataFrame:
 def _readout(lm, task, batch, masks, read, subset, corrupt, min_effect) -> pd.DataFrame:
     """The readouts of one snapshot: rows per (boundary, role)."""
     df = interchange(lm, task, batch, corrupt, ["resid_pre"], list(POSITIONS), subsets=masks)
-    acc = accuracy_table(correct_answers(lm, batch), batch, masks).set_index("subset").loc[subset]
-    verdict = read_verdict(df, None, corrupt, min_effect)
+    table = accuracy_table(correct_answers(lm, batch), batch, masks)
+    acc, accuracy = table.set_index("subset").loc[subset], Accuracy(table, task.chance_accuracy)
+    verdict = read_verdict(df, None, corrupt, min_effect, accuracy=accuracy)
     learned = verdict is None or verdict.label != "not learned"  # where nothing is learned, no conv binds
     window = conv_window(lm, task, read, corrupt=corrupt) if short_convs(lm) and learned else None
     if verdict is not None:
-        verdict, _, _ = read_with_controls(lm, task, batch, df, masks, corrupt, min_effect, window)
+        verdict, _, _ = read_with_controls(lm, task, batch, df, masks, corrupt, min_effect, window, accuracy=accuracy)
     label, read_layer = (None, None) if verdict is None else (verdict.label, verdict.layer)
     cell = None if window is None or window.empty else best_cell(window)
     rows = df[(df["subset"] == subset) & df["position"].isin(ROLES)].copy()

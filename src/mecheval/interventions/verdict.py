@@ -17,7 +17,10 @@ its point estimate: "x >= t" holds where the interval lies at or above t, fails 
 is undecided where it straddles t. A label holds where its comparisons all hold; `inconclusive` where the
 data decide neither it nor its failure (the detail names the interval that straddles).
     not learned       effect = p_clean − p_corrupt <= min_effect (the study drops such runs:
-                      0.01 on AR, 0.1 on ATR)
+                      0.01 on AR, 0.1 on ATR), or, where the accuracy on the examples read is given
+                      (`Accuracy`), that accuracy not above the task's chance accuracy (one-sided binomial
+                      test, 5%, as the findings' "near chance"): a model at chance gets no mechanism,
+                      whatever a small effect's interval says
     induction         attrib@value >= high and attrib@query <= low: the association is stored at the
                       value position and read out by the last layer
     direct retrieval  attrib@value <= low and the key and query side >= high. The key and query side is
@@ -59,6 +62,7 @@ from mecheval.errors import MechevalError
 from mecheval.intervals import above, all_of, at_most
 from mecheval.interventions.carriers import CARRIERS, JOINTS, OTHERS, PUBLISHED, WINDOW
 from mecheval.interventions.conv_window import best_cell
+from mecheval.interventions.metrics import above_chance
 
 NO_READ_POINT = "a 1-layer model without a short conv has no site between the embedding and the answer to read"
 NOT_LEARNED = "not learned"
@@ -114,6 +118,26 @@ class Verdict:
         return row
 
 
+@dataclass(frozen=True)
+class Accuracy:
+    """The accuracy a verdict's `learned` test reads beside the effect: the readout's accuracy table
+    (`accuracy.accuracy_table`: subset, acc, n per artefact subset) and the task's chance accuracy."""
+
+    table: pd.DataFrame
+    chance: float
+
+    def above_chance(self, subset: str) -> tuple[bool | None, str]:
+        """(True / False: the accuracy on `subset` is / is not significantly above chance; None where the table has
+        no such subset or the chance accuracy is unknown (0 or NaN): nothing is decided), in words."""
+        rows = self.table[self.table["subset"] == subset]
+        if rows.empty or not 0 < self.chance < 1 or int(rows["n"].iloc[0]) == 0:
+            return None, ""
+        acc, n = float(rows["acc"].iloc[0]), int(rows["n"].iloc[0])
+        ci = (float(rows["acc_lo"].iloc[0]), float(rows["acc_hi"].iloc[0])) if "acc_lo" in rows else (acc, acc)
+        what = f"accuracy {_fmt(acc, ci)} (n = {n}) vs chance {self.chance:.2f}"
+        return above_chance(round(acc * n), n, self.chance), what
+
+
 def read_point(df: pd.DataFrame, high: float = HIGH) -> tuple[str, int]:
     """(site, layer) the verdict reads (module docstring) from the sufficiency rows of one corrupted
     role and subset; ValueError where the only candidate would be the embedding."""
@@ -140,6 +164,7 @@ def mechanism(
     conv_window: pd.DataFrame | None = None,
     carriers: pd.DataFrame | None = None,
     pointer: pd.DataFrame | None = None,
+    accuracy: Accuracy | None = None,
 ) -> Verdict:
     """The verdict from an `interchange` table (see the module docstring for the rules).
 
@@ -148,7 +173,8 @@ def mechanism(
     (default `outside` where present, else `all`); conv_window: a `conv_window` table, to name where a
     combining layer binds key and value; carriers: a `carriers.carriers_table` (the full-window readout;
     its rows at the read point are used); pointer: a `pointer.pointer_control` table (its row at the read
-    point decides a direct retrieval at the query: module docstring).
+    point decides a direct retrieval at the query: module docstring); accuracy: the accuracy on the examples
+    read and the chance accuracy (a model at chance on the subset read is `not learned`).
     """
     rows = df[df["corrupt"] == corrupt]
     if "direction" in rows:
@@ -165,7 +191,7 @@ def mechanism(
     try:
         default_site, default_layer = read_point(rows, high)
     except NothingToRead:  # no read point (1 layer, no conv): a model that did not learn is still read as such
-        return _not_learned_without_read_point(rows, min_effect, subset)
+        return _not_learned_without_read_point(rows, min_effect, subset, _chance_test(accuracy, subset))
     site = site or default_site
     layer = default_layer if layer is None else layer
     rows = rows[(rows["site"] == site) & (rows["layer"] == layer)].set_index("position")
@@ -191,8 +217,11 @@ def mechanism(
     }
     rules = {"induction": ("value high", "query low"), "direct retrieval": ("value low", "side high")}
     held = {label: all_of(tests[t][0] for t in names) for label, names in rules.items()}
+    beats_chance, accuracy_words = _chance_test(accuracy, subset)
     if tests["learned"][0] is False:
         label, detail = "not learned", f"corrupting the key changes p(answer) by {_fmt(effect, effect_ci)} (<= {min_effect})"
+    elif beats_chance is False:
+        label, detail = "not learned", f"{accuracy_words}: not above chance (one-sided binomial test, 5%)"
     elif tests["learned"][0] is None:
         label, detail = "inconclusive", f"learned? {tests['learned'][1]}"
     elif held["induction"]:
@@ -337,14 +366,25 @@ def _effect(rows: pd.DataFrame) -> tuple[float, tuple[float, float]]:
     return effect, (effect, effect)
 
 
-def _not_learned_without_read_point(rows: pd.DataFrame, min_effect: float, subset: str) -> Verdict:
+def _chance_test(accuracy: Accuracy | None, subset: str) -> tuple[bool | None, str]:
+    """`Accuracy.above_chance` on `subset`; undecided (None) without an accuracy."""
+    return (None, "") if accuracy is None else accuracy.above_chance(subset)
+
+
+def _not_learned_without_read_point(rows: pd.DataFrame, min_effect: float, subset: str,
+                                    chance_test: tuple[bool | None, str]) -> Verdict:
     """`not learned` for a model with no read point (`read_point`) whose effect's interval lies at or below
-    `min_effect`; NothingToRead where the effect says it learned (there is nothing to read its mechanism at)."""
+    `min_effect`, or whose accuracy is not above chance (`chance_test`); NothingToRead where both say it learned
+    (there is nothing to read its mechanism at)."""
     effect, effect_ci = _effect(rows)
     learned, what = _above(effect_ci, min_effect, strict=True, what=f"{_fmt(effect, effect_ci)}")
-    if learned is not False:
+    if learned is False:
+        why = f"corrupting the key changes p(answer) by {what} (<= {min_effect})"
+    elif chance_test[0] is False:
+        why = f"{chance_test[1]}: not above chance (one-sided binomial test, 5%)"
+    else:
         raise NothingToRead(NO_READ_POINT)
-    detail = f"corrupting the key changes p(answer) by {what} (<= {min_effect}); no site to read its mechanism at (1 layer, no conv)"
+    detail = f"{why}; no site to read its mechanism at (1 layer, no conv)"
     n = int(rows["n"].iloc[0]) if "n" in rows else 0
     return Verdict("not learned", detail, effect, 0, "resid_pre", subset, n, math.nan, math.nan, math.nan,
                    interval_effect=effect_ci)

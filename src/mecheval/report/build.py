@@ -37,6 +37,7 @@ from mecheval.report.widths import readable_widths, width_figure
 
 HEATMAPS = "key_*.png"  # in each run's interventions/, drawn by `mecheval intervene`: corrupt key, one per site
 RESID_HEATMAP = "key_resid_pre.png"
+RESID = RESID_HEATMAP.removeprefix("key_").removesuffix(".png")  # the residual stream's heatmap: "heatmap <arch>"
 
 
 @dataclass
@@ -306,21 +307,51 @@ def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.
                                         CAPTIONS["attribution_boxes"])
     if timelines:
         out["timeline overlay"] = (figures.to_png(overlay_figure(best, timelines, palette)), CAPTIONS["timeline_overlay"])
+    archs = list(dict.fromkeys(best["arch"]))
     for _, row in best.sort_values("acc", ascending=False).drop_duplicates("arch").iterrows():
         shown = Path(row["run_dir"]) / "interventions"
         if row.get("run_dir") in timelines:
             fig = run_figure(timelines[row["run_dir"]][0], f"{row['arch']} (seed {row['seed']})")
             out[f"timeline {row['arch']}"] = (figures.to_png(fig), CAPTIONS["timeline"].format(arch=row["arch"]))
+        committed = _committed_readout_figures(study_dir, row["arch"], archs) if not any(shown.glob("*.png")) else {}
         for kind, file in (("profile", "key_profile.png"), ("conv_window", "conv_window.png"), ("state", "state_curve.png")):
-            if (shown / file).exists():
-                out[f"{kind} {row['arch']}"] = ((shown / file).read_bytes(), CAPTIONS[kind].format(arch=row["arch"]))
+            name = f"{kind} {row['arch']}"
+            data = (shown / file).read_bytes() if (shown / file).exists() else committed.get(name)
+            if data is not None:
+                out[name] = (data, CAPTIONS[kind].format(arch=row["arch"]))
         # the residual stream first, then the sites inside the mixers (conv_out, core_out, ...)
         paths = sorted((p for p in shown.glob(HEATMAPS) if p.stem != "key_profile"),
                        key=lambda p: (p.name != RESID_HEATMAP, p.name))
-        for path in paths:
-            site = path.stem.removeprefix("key_")
-            name = f"heatmap {row['arch']}" + ("" if path.name == RESID_HEATMAP else f" {site}")
-            out[name] = (path.read_bytes(), CAPTIONS["heatmap"].format(arch=row["arch"], site=site))
+        heatmaps = {path.stem.removeprefix("key_"): path.read_bytes() for path in paths}
+        heatmaps = heatmaps or {k.removeprefix("heatmap ").removeprefix(row["arch"]).strip() or RESID: v
+                                for k, v in committed.items() if k.startswith("heatmap ")}
+        for site, data in heatmaps.items():
+            name = f"heatmap {row['arch']}" + ("" if site == RESID else f" {site}")
+            out[name] = (data, CAPTIONS["heatmap"].format(arch=row["arch"], site=site))
+    return out
+
+
+def figure_file(study_dir: Path, name: str) -> Path:
+    """The file of the study's figure `name` ("heatmap mamba (d_conv 0) resid_post" -> figures/heatmap_mamba_d_conv_0_resid_post.png)."""
+    return study_dir / "figures" / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
+
+
+def _committed_readout_figures(study_dir: Path, arch: str, archs: list[str]) -> dict[str, bytes]:
+    """The readout figures of `arch`'s shown run as an earlier build copied them into figures/ (name -> PNG), for a
+    run directory that keeps no PNGs (the commit rule: a figure is committed once): its profile, conv window, state
+    and every heatmap (a file `heatmap_<arch>_<site>.png` not of another architecture whose name extends arch's)."""
+    stem = figure_file(study_dir, f"heatmap {arch}").stem
+    longer = [figure_file(study_dir, f"heatmap {a}").stem for a in archs if a != arch]
+    longer = [t for t in longer if t.startswith(stem) and len(t) > len(stem)]
+    out = {}
+    for kind in ("profile", "conv_window", "state"):
+        if (path := figure_file(study_dir, f"{kind} {arch}")).exists():
+            out[f"{kind} {arch}"] = path.read_bytes()
+    for path in sorted((study_dir / "figures").glob(f"{stem}*.png")):
+        if path.stem != stem and (not path.stem.startswith(stem + "_") or any(path.stem.startswith(t) for t in longer)):
+            continue
+        site = path.stem.removeprefix(stem).removeprefix("_") or RESID
+        out[f"heatmap {arch}" + ("" if site == RESID else f" {site}")] = path.read_bytes()
     return out
 
 
@@ -342,7 +373,7 @@ def _write_figures(study_dir: Path, pngs: dict[str, tuple[bytes, str]], example:
     fig_dir = safe_mkdir(study_dir / "figures", study_dir)
     files = {}
     for name, (data, _) in pngs.items():
-        files[name] = fig_dir / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
+        files[name] = fig_dir / figure_file(study_dir, name).name
         atomic_write_bytes(files[name], data, study_dir)
     written = set(files.values())
     if example is not None:

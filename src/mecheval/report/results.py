@@ -7,24 +7,15 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.interventions.runs import SPLITS, VERDICT, split_dir
-from mecheval.plugins import is_import_path
 from mecheval.store import identity, runs
 from mecheval.sweeps.table import RECORDED, best_lr, collect, runs_dir
+from mecheval.tasks import chance_accuracy
 
 ACC = "summary.final.test.acc"
 HELDOUT_ACC = "summary.final.heldout.acc"  # ATR's generalisation split, where the study evaluates it
 HELDOUT_VALUE = "heldout.attrib@value"  # attrib@value read on that split (`study.presets.Study.splits`)
 HELDOUT_READ_ACC = "heldout.acc_all"  # accuracy on that readout's examples, with its Wilson interval
 VERDICT_FIELDS = ("verdict", "detail", "effect", "attrib@key", "attrib@value", "attrib@query")  # always present
-
-
-def _chance(task: dict) -> float:
-    """The task's chance accuracy; NaN for a plug-in task (reading results imports no plug-in)."""
-    from mecheval.tasks import make_task
-
-    if is_import_path(task["name"]):
-        return float("nan")
-    return make_task(task["name"], **task.get("params", {})).chance_accuracy
 
 
 def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
@@ -48,7 +39,7 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     if HELDOUT_ACC in df:
         df["acc_heldout"] = df[HELDOUT_ACC]
     df["best_lr"] = df["name"].isin(best)
-    df["chance"] = [_chance(runs.config(root / name)["task"]) for name in df["name"]]
+    df["chance"] = [chance_accuracy(runs.config(root / name)["task"]) for name in df["name"]]
     df["run_dir"] = [str(root / name) for name in df["name"]]
     dirs = [root / name for name in df["name"]]
     verdicts = [runs.verdict(d) for d in dirs]

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from mecheval.interventions.timeline import TIMELINE, formed_at
-from mecheval.interventions.verdict import LABELS, ROLES
+from mecheval.interventions.verdict import LABELS, NOT_LEARNED, ROLES
 from mecheval.report.figures import OKABE_ITO
 from mecheval.store import runs
 
@@ -26,13 +26,15 @@ VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD", 
 
 
 def formation_steps(best: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, int | None]]:
-    """run_dir -> (its timeline, the step its final verdict formed at) for best-lr runs with a timeline."""
+    """run_dir -> (its timeline, the step its final verdict formed at) for best-lr runs with a timeline; no step for
+    a run whose verdict is `not learned` (a timeline read by earlier rules may still label a model at chance)."""
     out = {}
-    for d in best.get("run_dir", pd.Series(dtype=str)):
+    for _, r in best.iterrows():
+        d = r.get("run_dir")
         path = Path(str(d)) / TIMELINE
         if isinstance(d, str) and path.exists():
             table = runs.table(path, ("step", "verdict", "boundary", "read_layer", "attrib", "attrib_lo", "attrib_hi"))
-            out[d] = (table, formed_at(table))
+            out[d] = (table, None if r.get("verdict") == NOT_LEARNED else formed_at(table))
     return out
 
 

@@ -23,7 +23,7 @@ from mecheval.errors import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
 from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_verdict_file, recheck_run, relabel_run,
-                                         split_dir, verdict_is_current, write_examples)
+                                         split_dir, task_chance, verdict_is_current, write_examples)
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import RunDir, snapshot_steps
 from mecheval.report import Report, build_report
@@ -160,7 +160,7 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False)
                 elif recheck and not recheck_run(readouts, run_dir, study.readout(meta["n_examples"], split)):
                     _intervene(run_dir, study, meta["n_examples"], split, skip=RECHECK_KEEPS)
                 elif not recheck:
-                    relabel_run(readouts, study.min_effect)
+                    relabel_run(readouts, study.min_effect, task_chance(run_dir))
         if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists():
             write_examples(run_dir, meta["n_examples"])
     return build_report(out)

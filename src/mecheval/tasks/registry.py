@@ -35,3 +35,11 @@ def make_task(name: str, **params) -> Task:
     """
     task_cls = task_class(name)
     return task_cls(task_cls.Params(**params))
+
+
+def chance_accuracy(task: dict) -> float:
+    """The chance accuracy of a config's `task:` section ({"name", "params"}); NaN for a plug-in task (reading
+    results imports no plug-in)."""
+    if is_import_path(task["name"]):
+        return float("nan")
+    return make_task(task["name"], **task.get("params", {})).chance_accuracy
