@@ -47,3 +47,26 @@ def test_what_the_main_jobs_findings_rest_on_is_what_the_three_seeds_show():
     text = " ".join(DOC.read_text().split())
     assert ("attention reads induction in seed 0 only: seeds 1 and 2 are positional pointers (the pointer control "
             "above), while the three Mamba findings hold in every seed") in text
+
+
+AT_CHANCE = ROOT / "results/paper-d32/ar-mamba-conv-lr3e-2/runs/build-study_d_conv-2_d_model-32_preset-mamba_lr-0.03"
+
+
+@pytest.mark.skipif(not AT_CHANCE.exists(), reason="the committed d = 32 Mamba conv study at 3e-2 is not in this checkout")
+def test_the_model_at_chance_the_page_quotes_is_the_committed_one():
+    """docs/verdicts.md quotes a run at chance whose small key effect the other rules would label: its numbers."""
+    text = " ".join(DOC.read_text().split())
+    verdict = json.loads((AT_CHANCE / "verdict.json").read_text())
+    assert verdict["verdict"] == "not learned" and "not above chance" in verdict["detail"]
+    assert (f"answers {verdict['acc_outside']:.2f} of the {verdict['n']} unseen test prompts read (chance 1/16) and its key "
+            f"effect, {verdict['effect']:.2f},") in text
+
+
+def test_every_committed_verdict_is_decided_by_the_current_rules():
+    """No verdict of earlier rules is passed off as current: `mecheval relabel DIR` (or `land.sh`) brings each
+    committed verdict.json to runs.VERDICT_RULES."""
+    from mecheval.interventions.runs import VERDICT_RULES
+
+    stale = [str(p.parent.relative_to(ROOT)) for p in sorted((ROOT / "results").rglob("verdict.json"))
+             if json.loads(p.read_text()).get("rules") != VERDICT_RULES]
+    assert not stale, f"{len(stale)} verdicts of earlier rules, e.g. {stale[:3]}: run `mecheval relabel STUDY_DIR`"
