@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -158,3 +159,31 @@ def test_the_two_token_analysis_zeroes_mamba3s_previous_token_term_per_layer(tmp
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(run / "two_token.parquet")
     assert list(table["layers"]) == ["none", "0+1", "0", "1", "0+1@value", "0+1@not value"] and (table["n"] > 0).all()
+
+
+PAIRS = Path(__file__).parents[2] / "results/cpu/attention-pairs/runs/seed-0"
+
+
+@pytest.mark.skipif(not PAIRS.exists(), reason="the committed attention-pairs sweep is not in this checkout")
+def test_relabel_outside_a_study_decides_each_run_anew_and_says_what_changed(tmp_path):
+    """`mecheval relabel` on a folder of runs (a sweep's, no study.json): each readout decided by the current rules
+    from its tables, one line each, naming the earlier label where it changes; --recheck there is refused in one
+    line (it reads a study's settings), as is a folder without runs."""
+    import shutil
+
+    from mecheval.cli import app
+    from mecheval.interventions.runs import VERDICT_RULES
+
+    run = tmp_path / "sweep" / "runs" / "seed-0"
+    shutil.copytree(PAIRS, run, ignore=shutil.ignore_patterns("interventions", "*.png"))
+    verdict = json.loads((run / "verdict.json").read_text())
+    (run / "verdict.json").write_text(json.dumps(verdict | {"verdict": "mixed", "rules": VERDICT_RULES - 1}))
+    result = CliRunner().invoke(app, ["relabel", str(tmp_path / "sweep")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"{run}: {verdict['verdict']} (was mixed)"
+    assert json.loads((run / "verdict.json").read_text())["rules"] == VERDICT_RULES
+    refused = CliRunner().invoke(app, ["relabel", str(tmp_path / "sweep"), "--recheck"])
+    assert refused.exit_code == 2 and "--repatch and --recheck read a study's readout settings" in refused.output
+    (tmp_path / "empty").mkdir()
+    empty = CliRunner().invoke(app, ["relabel", str(tmp_path / "empty")])
+    assert empty.exit_code == 2 and "neither a finished run directory nor" in empty.output

@@ -11,19 +11,33 @@ from mecheval.commands.options import example
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(epilog=example("mecheval relabel results/cpu/quick", "mecheval relabel results/paper-d64/atr-twist --recheck"))
+    @app.command(epilog=example("mecheval relabel results/cpu/quick", "mecheval relabel results/paper-d64/atr-twist --recheck",
+                                "mecheval relabel results/cpu/attention-pairs"))
     def relabel(
-        path: Annotated[Path, typer.Argument(help="A study directory (with study.json).", exists=True, file_okay=False)],
+        path: Annotated[Path, typer.Argument(help="A study directory (with study.json), or a run directory or a folder of runs.", exists=True, file_okay=False)],
         repatch: Annotated[bool, typer.Option("--repatch", help="Run every run's interventions again with the current code and the study's settings (loads the weights, trains nothing; seconds per run).")] = False,
         recheck: Annotated[bool, typer.Option("--recheck", help="Load the weights for the controls the tables lack (the pointer control; which test prompts were seen in training), patching again only the runs whose readouts read seen prompts.")] = False,
     ) -> None:
         """Re-decide every run's verdict.json from its committed tables (no training, no patching; with
         --repatch, from tables patched anew) and rebuild the report; prints the summary table. Runs without a per-example table (examples.parquet)
-        get one from a forward pass on the study's examples, for like-for-like comparisons."""
+        get one from a forward pass on the study's examples, for like-for-like comparisons. Outside a study (a run,
+        or a folder of runs such as a sweep's): each readout decided anew from its tables, one line per readout."""
+        from mecheval.interventions.runs import relabel_runs
         from mecheval.report.terminal import print_summary
         from mecheval.study.run import relabel_study
 
-        if not (path / "study.json").exists():
-            typer.echo(f"error: {path} has no study.json: not a study directory", err=True)
+        if (path / "study.json").exists():
+            print_summary(relabel_study(path, repatch, recheck))
+            return
+        if repatch or recheck:
+            typer.echo(f"error: {path} has no study.json: --repatch and --recheck read a study's readout settings", err=True)
             raise typer.Exit(2)
-        print_summary(relabel_study(path, repatch, recheck))
+        try:
+            relabelled = relabel_runs(path)
+        except FileNotFoundError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        for readouts, before, now in relabelled:
+            typer.echo(f"{readouts}: {now}" + ("" if before == now else f" (was {before})"))
+        if not relabelled:
+            typer.echo(f"{path}: no run with an interventions table to relabel")

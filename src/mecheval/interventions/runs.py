@@ -162,6 +162,27 @@ def relabel_run(run_dir: Path, min_effect: float, chance: float | None = None) -
     return _relabel(run_dir, min_effect, task_chance(run_dir) if chance is None else chance)
 
 
+def relabel_runs(path: Path) -> list[tuple[Path, str | None, str]]:
+    """Every readout under `path` (a run directory, or a folder of them: `find_runs`; each run's further splits,
+    RUN/splits/<split>/, too) decided anew by the current rules (`relabel_run`), each with the `min_effect` its
+    verdict.json was decided with -> (readout dir, its earlier label or None, its label now); a readout with
+    nothing to read is left out."""
+    out = []
+    for run_dir in find_runs(Path(path)):
+        chance = task_chance(run_dir)
+        for readouts in [run_dir, *sorted((run_dir / SPLITS).glob("*/"))]:
+            if not (readouts / "interventions.parquet").exists():
+                continue
+            try:
+                earlier = read_verdict_file(readouts)
+            except (OSError, ConfigError):
+                earlier = {}
+            verdict = relabel_run(readouts, earlier.get("min_effect", ReadoutSpec().min_effect), chance)
+            if verdict is not None:
+                out.append((readouts, earlier.get("verdict"), verdict.label))
+    return out
+
+
 def task_chance(run_dir: Path) -> float:
     """The chance accuracy of the task a run trained on (its config.yaml, read importing no plug-in: NaN for a
     plug-in task)."""
