@@ -35,3 +35,20 @@ def test_a_timeline_whose_final_step_has_no_verdict_says_not_read(tmp_path):
     best = pd.DataFrame([{"run_dir": str(run), "arch": "attention (1 layer)", "seed": 0}])
     rows = timeline_table(best, {str(run): (table, None)}).to_dict("records")
     assert rows[0]["final mechanism"] == "not read" and rows[0]["formed at step"] == "–"
+
+
+def test_steps_at_chance_read_not_learned_by_the_current_rules():
+    """A timeline of earlier rules labelled steps at chance (accuracy 0.07 on 256 examples, chance 1/16): read with
+    the chance test they are `not learned`, so the mechanism forms where the accuracy leaves chance; an unknown
+    chance changes nothing."""
+    from mecheval.interventions.timeline import formed_at
+    from mecheval.report.timelines import chance_gated
+
+    acc = {0: 0.05, 1000: 0.07, 2000: 0.15, 3000: 0.30}
+    table = pd.DataFrame([{"step": s, "boundary": 1, "role": "key", "verdict": "direct retrieval", "acc": a, "n": 256}
+                          for s, a in acc.items()])
+    assert formed_at(table) == 0
+    gated = chance_gated(table, 1 / 16)
+    assert gated["verdict"].tolist() == ["not learned", "not learned", "direct retrieval", "direct retrieval"]
+    assert formed_at(gated) == 2000 and table["verdict"].eq("direct retrieval").all()  # the file's table untouched
+    assert chance_gated(table, float("nan")).equals(table)

@@ -586,7 +586,7 @@ def study_section(root: Path, study: Path, page: Path) -> str:
     timelines = formation_steps(every)
     over = timeline_table(every, timelines) if timelines else pd.DataFrame()
     if not over.empty:
-        out += ["Over training (snapshots; formed at: the first kept step from which the final verdict holds):", "",
+        out += ["Over training (snapshots; a step at chance reads not learned; formed at: the first kept step from which the final verdict holds):", "",
                 _markdown(over.astype(str).to_dict("records")), ""]
     return "\n".join(out).rstrip() + "\n"
 
@@ -607,7 +607,8 @@ def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
     over_training = timeline_table(best, formation_steps(best))
     if not over_training.empty:
         out += ["Over training (the runs kept with snapshots, `timeline.parquet`: the readouts at every kept step on "
-                "the same examples); formed at: the first kept step from which the verdict stays the final one:", "",
+                "the same examples; a step at chance reads not learned); formed at: the first kept step from which the verdict "
+                "stays the final one:", "",
                 _markdown(over_training.sort_values(["arch", "seed"]).to_dict("records")), ""]
     return "\n".join(out)
 

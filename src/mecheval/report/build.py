@@ -207,8 +207,9 @@ def sections(tables: Tables) -> list[Section]:
         out.append(Section("Where the association is formed", FORMATION_NOTE, tables.formation))
     if not tables.over_training.empty:
         out.append(Section("When the mechanism formed", "Runs trained with snapshots: the readouts above at "
-                           "every kept step (`timeline.parquet`), on the same examples. Formed at: the first "
-                           "kept step from which the verdict stays the final one.", tables.over_training))
+                           "every kept step (`timeline.parquet`), on the same examples; a step whose accuracy is not above "
+                           "chance reads `not learned`, as the current rules read it. Formed at: the first kept step "
+                           "from which the verdict stays the final one.", tables.over_training))
     if not tables.states.empty:
         out.append(Section("What the recurrent state carries", "Runs with a recurrent state (`layers.{i}.state`, "
                            "the state after a position): the clean state patched into the key-corrupted run "

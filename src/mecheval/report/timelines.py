@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from mecheval.interventions.metrics import above_chance
 from mecheval.interventions.timeline import TIMELINE, formed_at
 from mecheval.interventions.verdict import LABELS, NOT_LEARNED, ROLES
 from mecheval.report.figures import OKABE_ITO
@@ -26,15 +27,31 @@ VERDICT_COLOURS = dict(zip(LABELS, ("#0072B2", "#D55E00", "#999999", "#DDDDDD", 
 
 
 def formation_steps(best: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, int | None]]:
-    """run_dir -> (its timeline, the step its final verdict formed at) for best-lr runs with a timeline; no step for
-    a run whose verdict is `not learned` (a timeline read by earlier rules may still label a model at chance)."""
+    """run_dir -> (its timeline read with the chance test of the current rules, `chance_gated`; the step its final
+    verdict formed at) for best-lr runs with a timeline; no step for a run whose verdict is `not learned`."""
     out = {}
     for _, r in best.iterrows():
         d = r.get("run_dir")
         path = Path(str(d)) / TIMELINE
         if isinstance(d, str) and path.exists():
-            table = runs.table(path, ("step", "verdict", "boundary", "read_layer", "attrib", "attrib_lo", "attrib_hi"))
+            table = runs.table(path, ("step", "verdict", "boundary", "read_layer", "attrib", "attrib_lo", "attrib_hi",
+                                      "acc", "n"))
+            table = chance_gated(table, r.get("chance", float("nan")))
             out[d] = (table, None if r.get("verdict") == NOT_LEARNED else formed_at(table))
+    return out
+
+
+def chance_gated(table: pd.DataFrame, chance: float) -> pd.DataFrame:
+    """A timeline (timeline.parquet, decided by the rules of its day) with each step whose accuracy (`acc` over `n`
+    examples) is not above the task's chance accuracy read `not learned`, as the current rules read a model at
+    chance (`verdict.Accuracy`); unchanged where the chance accuracy is unknown. The file is left as it is."""
+    if not 0 < chance < 1 or table.empty:
+        return table
+    steps = table.drop_duplicates("step")
+    at_chance = {s for s, acc, n in zip(steps["step"], steps["acc"], steps["n"])
+                 if int(n) > 0 and not above_chance(round(float(acc) * int(n)), int(n), chance)}
+    out = table.copy()
+    out.loc[out["step"].isin(at_chance) & out["verdict"].notna(), "verdict"] = NOT_LEARNED
     return out
 
 
