@@ -119,3 +119,16 @@ def test_defaults_and_options():
         make_mixer("mamba3", d_state=5)
     with pytest.raises(ValueError, match="head_dim"):
         make_mixer("mamba3", head_dim=7)
+
+
+@pytest.mark.parametrize("conv", [0, 4])
+def test_trained_without_the_two_token_term_it_is_the_recurrence_without_it(conv):
+    """`two_token: false` (the training ablation): the mixer is the reference recurrence without β_t x_{t-1} B_{t-1}^T,
+    its site carries zeros, and its recurrent form equals its parallel one."""
+    m = enlarged(make_mixer("mamba3", seed=3, two_token=False, **OPTIONS))
+    kept = enlarged(make_mixer("mamba3", seed=3, **OPTIONS))
+    u = inputs(2, 12, 16, 3).double()
+    with torch.no_grad():
+        torch.testing.assert_close(m(u), reference_mamba3(m, u, two_token=False), atol=1e-10, rtol=1e-10)
+        assert (m(u) - kept(u)).abs().amax() > 1e-3  # the same weights with the term differ
+    assert_recurrent_equals_parallel(make_mixer("mamba3", conv=conv, two_token=False, max_len=40, **OPTIONS), inputs(2, 33, 16, 4))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from mecheval.models.mixers.base import MixerSpec
@@ -42,7 +43,11 @@ from mecheval.models.sites import Site
 
 
 class Mamba3Options(Mamba2Options):
-    """Mamba-2's options; d_state N must be even (the rotary pairs)."""
+    """Mamba-2's options; d_state N must be even (the rotary pairs). two_token: False trains without the
+    trapezoidal update's previous-token term (β_t = 0: the exponential-Euler update with γ_t = λ_t Δ_t), the
+    ablation that asks whether Mamba-3 needs the term to learn, as Mamba needs its conv."""
+
+    two_token: bool = Field(True, description="keep the previous-token term β_t x_{t-1} B_{t-1}^T (False: ablated in training)")
 
     def check(self, d_model: int) -> None:
         super().check(d_model)
@@ -63,6 +68,10 @@ class Mamba3(Mamba2):
     label = "mamba3"
     Options = Mamba3Options
     default_conv = 0
+
+    def __init__(self, d_model: int, conv, options: Mamba3Options, layer_idx: int, max_len: int):
+        super().__init__(d_model, conv, options, layer_idx, max_len)
+        self.keeps_two_token = options.two_token  # read by _gates (forward and step)
 
     def _projections(self) -> list[int]:
         """z, [x; B; C], dt, and Mamba-3's θ (N/2 angles per head) and l (λ's logit per head)."""
@@ -86,7 +95,7 @@ class Mamba3(Mamba2):
         lam = torch.sigmoid(lam)
         Bm = self.B_norm(Bm).unsqueeze(-2) + self.B_bias
         Cm = self.C_norm(Cm).unsqueeze(-2) + self.C_bias
-        gamma, beta = lam * delta, (1 - lam) * delta * log_alpha.exp()
+        gamma, beta = lam * delta, (1 - lam) * delta * log_alpha.exp() * self.keeps_two_token
         return x.unflatten(-1, (self.H, self.P)), Bm, Cm, delta, log_alpha, gamma, beta
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
