@@ -130,12 +130,20 @@ class Accuracy:
         """(True / False: the accuracy on `subset` is / is not significantly above chance; None where the table has
         no such subset or the chance accuracy is unknown (0 or NaN): nothing is decided), in words."""
         rows = self.table[self.table["subset"] == subset]
-        if rows.empty or not 0 < self.chance < 1 or int(rows["n"].iloc[0]) == 0:
+        if rows.empty:
             return None, ""
         acc, n = float(rows["acc"].iloc[0]), int(rows["n"].iloc[0])
         ci = (float(rows["acc_lo"].iloc[0]), float(rows["acc_hi"].iloc[0])) if "acc_lo" in rows else (acc, acc)
-        what = f"accuracy {_fmt(acc, ci)} (n = {n}) vs chance {self.chance:.2f}"
-        return above_chance(round(acc * n), n, self.chance), what
+        return beats_chance(acc, n, self.chance), f"accuracy {_fmt(acc, ci)} (n = {n}) vs chance {self.chance:.2f}"
+
+
+def beats_chance(acc: float, n: int, chance: float) -> bool | None:
+    """Whether an accuracy `acc` over `n` examples is significantly above the chance accuracy (one-sided binomial
+    test, 5%): the `learned` test's half that a model at chance fails; None where nothing is decided (n = 0, or the
+    chance accuracy unknown: 0 or NaN)."""
+    if n == 0 or not 0 < chance < 1:
+        return None
+    return above_chance(round(acc * n), n, chance)
 
 
 def read_point(df: pd.DataFrame, high: float = HIGH) -> tuple[str, int]:
@@ -217,10 +225,10 @@ def mechanism(
     }
     rules = {"induction": ("value high", "query low"), "direct retrieval": ("value low", "side high")}
     held = {label: all_of(tests[t][0] for t in names) for label, names in rules.items()}
-    beats_chance, accuracy_words = _chance_test(accuracy, subset)
+    above, accuracy_words = _chance_test(accuracy, subset)
     if tests["learned"][0] is False:
         label, detail = "not learned", f"corrupting the key changes p(answer) by {_fmt(effect, effect_ci)} (<= {min_effect})"
-    elif beats_chance is False:
+    elif above is False:
         label, detail = "not learned", f"{accuracy_words}: not above chance (one-sided binomial test, 5%)"
     elif tests["learned"][0] is None:
         label, detail = "inconclusive", f"learned? {tests['learned'][1]}"

@@ -314,18 +314,16 @@ def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.
         if row.get("run_dir") in timelines:
             fig = run_figure(timelines[row["run_dir"]][0], f"{row['arch']} (seed {row['seed']})")
             out[f"timeline {row['arch']}"] = (figures.to_png(fig), CAPTIONS["timeline"].format(arch=row["arch"]))
-        committed = _committed_readout_figures(study_dir, row["arch"], archs) if not any(shown.glob("*.png")) else {}
+        kinds, heatmaps = (_committed_readout_figures(study_dir, row["arch"], archs) if not any(shown.glob("*.png"))
+                           else ({}, {}))
         for kind, file in (("profile", "key_profile.png"), ("conv_window", "conv_window.png"), ("state", "state_curve.png")):
-            name = f"{kind} {row['arch']}"
-            data = (shown / file).read_bytes() if (shown / file).exists() else committed.get(name)
+            data = (shown / file).read_bytes() if (shown / file).exists() else kinds.get(kind)
             if data is not None:
-                out[name] = (data, CAPTIONS[kind].format(arch=row["arch"]))
+                out[f"{kind} {row['arch']}"] = (data, CAPTIONS[kind].format(arch=row["arch"]))
         # the residual stream first, then the sites inside the mixers (conv_out, core_out, ...)
         paths = sorted((p for p in shown.glob(HEATMAPS) if p.stem != "key_profile"),
                        key=lambda p: (p.name != RESID_HEATMAP, p.name))
-        heatmaps = {path.stem.removeprefix("key_"): path.read_bytes() for path in paths}
-        heatmaps = heatmaps or {k.removeprefix("heatmap ").removeprefix(row["arch"]).strip() or RESID: v
-                                for k, v in committed.items() if k.startswith("heatmap ")}
+        heatmaps = {path.stem.removeprefix("key_"): path.read_bytes() for path in paths} or heatmaps
         for site, data in heatmaps.items():
             name = f"heatmap {row['arch']}" + ("" if site == RESID else f" {site}")
             out[name] = (data, CAPTIONS["heatmap"].format(arch=row["arch"], site=site))
@@ -337,23 +335,22 @@ def figure_file(study_dir: Path, name: str) -> Path:
     return study_dir / "figures" / f"{name.replace(' ', '_').replace('(', '').replace(')', '')}.png"
 
 
-def _committed_readout_figures(study_dir: Path, arch: str, archs: list[str]) -> dict[str, bytes]:
-    """The readout figures of `arch`'s shown run as an earlier build copied them into figures/ (name -> PNG), for a
-    run directory that keeps no PNGs (the commit rule: a figure is committed once): its profile, conv window, state
-    and every heatmap (a file `heatmap_<arch>_<site>.png` not of another architecture whose name extends arch's)."""
+def _committed_readout_figures(study_dir: Path, arch: str, archs: list[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """The readout figures of `arch`'s shown run as an earlier build copied them into figures/, for a run directory
+    that keeps no PNGs (the commit rule: a figure is committed once): ({kind: PNG} of its profile, conv window and
+    state, {site: PNG} of every heatmap: a file `heatmap_<arch>[_<site>].png` not of another architecture whose name
+    extends arch's)."""
     stem = figure_file(study_dir, f"heatmap {arch}").stem
     longer = [figure_file(study_dir, f"heatmap {a}").stem for a in archs if a != arch]
     longer = [t for t in longer if t.startswith(stem) and len(t) > len(stem)]
-    out = {}
-    for kind in ("profile", "conv_window", "state"):
-        if (path := figure_file(study_dir, f"{kind} {arch}")).exists():
-            out[f"{kind} {arch}"] = path.read_bytes()
+    kinds = {kind: path.read_bytes() for kind in ("profile", "conv_window", "state")
+             if (path := figure_file(study_dir, f"{kind} {arch}")).exists()}
+    heatmaps = {}
     for path in sorted((study_dir / "figures").glob(f"{stem}*.png")):
         if path.stem != stem and (not path.stem.startswith(stem + "_") or any(path.stem.startswith(t) for t in longer)):
             continue
-        site = path.stem.removeprefix(stem).removeprefix("_") or RESID
-        out[f"heatmap {arch}" + ("" if site == RESID else f" {site}")] = path.read_bytes()
-    return out
+        heatmaps[path.stem.removeprefix(stem).removeprefix("_") or RESID] = path.read_bytes()
+    return kinds, heatmaps
 
 
 def _example(study_dir: Path, best: pd.DataFrame) -> tuple[bytes, str] | None:

@@ -17,9 +17,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from mecheval.interventions.metrics import above_chance
 from mecheval.interventions.timeline import TIMELINE, formed_at
-from mecheval.interventions.verdict import LABELS, NOT_LEARNED, ROLES
+from mecheval.interventions.verdict import LABELS, NOT_LEARNED, ROLES, beats_chance
 from mecheval.report.figures import OKABE_ITO
 from mecheval.store import runs
 
@@ -45,11 +44,9 @@ def chance_gated(table: pd.DataFrame, chance: float) -> pd.DataFrame:
     """A timeline (timeline.parquet, decided by the rules of its day) with each step whose accuracy (`acc` over `n`
     examples) is not above the task's chance accuracy read `not learned`, as the current rules read a model at
     chance (`verdict.Accuracy`); unchanged where the chance accuracy is unknown. The file is left as it is."""
-    if not 0 < chance < 1 or table.empty:
-        return table
     steps = table.drop_duplicates("step")
     at_chance = {s for s, acc, n in zip(steps["step"], steps["acc"], steps["n"])
-                 if int(n) > 0 and not above_chance(round(float(acc) * int(n)), int(n), chance)}
+                 if beats_chance(float(acc), int(n), chance) is False}
     out = table.copy()
     out.loc[out["step"].isin(at_chance) & out["verdict"].notna(), "verdict"] = NOT_LEARNED
     return out
