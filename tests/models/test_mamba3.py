@@ -20,11 +20,11 @@ from .mixer_checks import assert_recurrent_equals_parallel, enlarged, inputs, ma
 OPTIONS = {"d_state": 8, "head_dim": 8}  # 4 heads at width 16
 
 
-def reference_mamba3(m, u, two_token: bool = True):
+def reference_mamba3(m, u, two_token: bool = True, rotary: bool = True):
     """`Mamba3Simple.forward` with its step-by-step `_recurrence` (SISO, one group, no initial state), written
     from its equations with this mixer's weights: u [B, T, D] -> [B, T, D]. The one intended difference, the
     rotary angle φ_t = Σ_{s<=t} Δ_s θ_s (Mamba3Simple: Σ θ_s), is marked below. `two_token=False` drops
-    β_t x_{t-1} B_{t-1}^T."""
+    β_t x_{t-1} B_{t-1}^T, `rotary=False` the rotation of B and C (φ_t = 0)."""
     Di, N, H, P = m.d_inner, m.N, m.H, m.P
     z, x, Bm, Cm, dt, theta, lam = m.in_proj(u).split([Di, Di, N, N, H, H * N // 2, H], dim=-1)
     A = -torch.exp(m.A_log)  # [H]
@@ -32,6 +32,7 @@ def reference_mamba3(m, u, two_token: bool = True):
     Bm = F.rms_norm(Bm, (N,), m.B_norm.weight, 1e-5)[:, :, None, :] + m.B_bias  # [B, T, H, N]
     Cm = F.rms_norm(Cm, (N,), m.C_norm.weight, 1e-5)[:, :, None, :] + m.C_bias
     angle = torch.cumsum(dt[..., None] * theta.unflatten(-1, (H, N // 2)), dim=1)  # intended: Δ_t θ_t
+    angle = angle if rotary else torch.zeros_like(angle)
     cos, sin = torch.cos(angle), torch.sin(angle)
 
     def apply_rotary_emb(v):  # the pairs (v_n, v_{n + N/2})
@@ -121,14 +122,19 @@ def test_defaults_and_options():
         make_mixer("mamba3", head_dim=7)
 
 
+ABLATIONS = [{"two_token": False}, {"rotary": False}, {"two_token": False, "rotary": False}]
+
+
 @pytest.mark.parametrize("conv", [0, 4])
-def test_trained_without_the_two_token_term_it_is_the_recurrence_without_it(conv):
-    """`two_token: false` (the training ablation): the mixer is the reference recurrence without β_t x_{t-1} B_{t-1}^T,
-    its site carries zeros, and its recurrent form equals its parallel one."""
-    m = enlarged(make_mixer("mamba3", seed=3, two_token=False, **OPTIONS))
+@pytest.mark.parametrize("ablated", ABLATIONS, ids=lambda a: "+".join(a))
+def test_trained_without_a_term_it_is_the_recurrence_without_it(conv, ablated):
+    """The training ablations (`two_token: false`: without β_t x_{t-1} B_{t-1}^T; `rotary: false`: without the
+    rotation of B and C): the mixer is the reference recurrence without them, differs from the same weights with
+    them, and its recurrent form equals its parallel one."""
+    m = enlarged(make_mixer("mamba3", seed=3, **ablated, **OPTIONS))
     kept = enlarged(make_mixer("mamba3", seed=3, **OPTIONS))
     u = inputs(2, 12, 16, 3).double()
     with torch.no_grad():
-        torch.testing.assert_close(m(u), reference_mamba3(m, u, two_token=False), atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(m(u), reference_mamba3(m, u, **ablated), atol=1e-10, rtol=1e-10)
         assert (m(u) - kept(u)).abs().amax() > 1e-3  # the same weights with the term differ
-    assert_recurrent_equals_parallel(make_mixer("mamba3", conv=conv, two_token=False, max_len=40, **OPTIONS), inputs(2, 33, 16, 4))
+    assert_recurrent_equals_parallel(make_mixer("mamba3", conv=conv, max_len=40, **ablated, **OPTIONS), inputs(2, 33, 16, 4))

@@ -43,11 +43,13 @@ from mecheval.models.sites import Site
 
 
 class Mamba3Options(Mamba2Options):
-    """Mamba-2's options; d_state N must be even (the rotary pairs). two_token: False trains without the
-    trapezoidal update's previous-token term (β_t = 0: the exponential-Euler update with γ_t = λ_t Δ_t), the
-    ablation that asks whether Mamba-3 needs the term to learn, as Mamba needs its conv."""
+    """Mamba-2's options; d_state N must be even (the rotary pairs). Two training ablations, which ask what lets
+    Mamba-3 learn without a conv (as Mamba needs its conv): two_token False trains without the trapezoidal
+    update's previous-token term (β_t = 0: the exponential-Euler update with γ_t = λ_t Δ_t); rotary False
+    without the data-dependent rotation of B and C (φ_t = 0)."""
 
     two_token: bool = Field(True, description="keep the previous-token term β_t x_{t-1} B_{t-1}^T (False: ablated in training)")
+    rotary: bool = Field(True, description="rotate B and C by the data-dependent angle φ_t (False: φ_t = 0, ablated in training)")
 
     def check(self, d_model: int) -> None:
         super().check(d_model)
@@ -72,6 +74,7 @@ class Mamba3(Mamba2):
     def __init__(self, d_model: int, conv, options: Mamba3Options, layer_idx: int, max_len: int):
         super().__init__(d_model, conv, options, layer_idx, max_len)
         self.keeps_two_token = options.two_token  # read by _gates (forward and step)
+        self.keeps_rotary = options.rotary  # read by _angle_steps (forward and step)
 
     def _projections(self) -> list[int]:
         """z, [x; B; C], dt, and Mamba-3's θ (N/2 angles per head) and l (λ's logit per head)."""
@@ -98,12 +101,16 @@ class Mamba3(Mamba2):
         gamma, beta = lam * delta, (1 - lam) * delta * log_alpha.exp() * self.keeps_two_token
         return x.unflatten(-1, (self.H, self.P)), Bm, Cm, delta, log_alpha, gamma, beta
 
+    def _angle_steps(self, delta: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        """Δ_t θ_t, the rotary angle's increment [..., H, N/2] (zero where trained without the rotation)."""
+        return delta[..., None] * theta * self.keeps_rotary
+
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         z, xbc, dt, theta, lam = self._split(u)
         if self.conv is not None:
             xbc = self.conv_out(self.conv(xbc))
         x, Bm, Cm, delta, log_alpha, gamma, beta = self._gates(xbc, dt, lam)
-        phi = (delta[..., None] * theta).cumsum(1)  # [B, T, H, N/2]
+        phi = self._angle_steps(delta, theta).cumsum(1)  # [B, T, H, N/2]
         Bm, Cm = rotate(Bm, phi), rotate(Cm, phi)
         earlier = lambda v: F.pad(v, (0, 0) * (v.dim() - 2) + (1, 0))[:, :-1]  # v_{t-1}, 0 at t = 0
         prev = self.two_token((beta[..., None] * earlier(x)).flatten(-2)).unflatten(-1, (self.H, self.P))
@@ -124,7 +131,7 @@ class Mamba3(Mamba2):
         if self.conv is not None:
             xbc, conv_state = self.conv.step(xbc, conv_state)
         x, B_t, C_t, delta, log_alpha, gamma, beta = self._gates(xbc, dt, lam)
-        phi = phi + delta[..., None] * theta
+        phi = phi + self._angle_steps(delta, theta)
         B_t, C_t = rotate(B_t, phi), rotate(C_t, phi)
         xs = torch.stack([gamma[..., None] * x, beta[..., None] * x_prev], dim=-1)
         y, h = ssd_step(xs, torch.stack([B_t, B_prev], dim=-1), C_t, log_alpha, h)
