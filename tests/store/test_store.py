@@ -67,3 +67,28 @@ def test_a_run_without_run_json_reads_as_derived(quick):
     table = study_table(quick)
     assert sorted(set(table["arch"])) == ["attention", "mamba", "mamba (d_conv 0)"]
     assert GROUP not in collect(quick) and table["best_lr"].all()
+
+
+def test_a_run_trained_with_a_term_ablated_is_named_by_the_ablation(tmp_path, tiny_run):
+    """Mamba-3 trained without its two-token term is `mamba3 (no two-token)`, recorded and derived alike, in
+    its own comparison group; an option at its default, or missing from a table's row (NaN), names nothing."""
+    tiny_run["model"] = {"preset": "mamba3", "d_model": 16, "options": {"mamba3": {"d_state": 8, "head_dim": 8}}}
+    spec = SweepConfig.model_validate({"base": tiny_run, "grid": {"model.options.mamba3.two_token": [True, False]}})
+    run_sweep(spec, tmp_path, workers=1)
+    table = study_table(tmp_path)
+    assert sorted(table["arch"]) == ["mamba3", "mamba3 (no two-token)"]
+    assert collect(tmp_path)[GROUP].nunique() == 2
+    for run in (tmp_path / "runs").iterdir():
+        recorded = identity.recorded(run)
+        assert identity.derive(flatten(runs.config(run))) == dataclasses.replace(recorded, group=None)
+    both = {"model.mixer": '["mamba3", "mamba3"]', "model.options.mamba3.two_token": False, "model.options.mamba3.rotary": False}
+    assert identity.arch_ablations(both) == ("no two-token", "no rotary")
+    assert identity.arch_ablations({**both, "model.options.mamba3.two_token": float("nan"), "model.options.mamba3.rotary": True}) == ()
+
+
+def test_every_committed_run_json_is_its_config_s_identity():
+    """A label rule changed after runs were recorded would leave their run.json naming them the old way."""
+    recorded = sorted((QUICK.parents[2] / "results").glob(f"*/*/runs/*/{identity.RUN_JSON}"))
+    stale = [str(p.parent) for p in recorded
+             if dataclasses.replace(identity.recorded(p.parent), group=None) != identity.derive(flatten(runs.config(p.parent)))]
+    assert recorded and not stale

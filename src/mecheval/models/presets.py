@@ -4,6 +4,8 @@ Source: the documentation's published setup (docs/published.md, "Models as publi
 override these; every mixer's own defaults (d_conv, MLP, norm) come from its MixerSpec.
 """
 
+from collections.abc import Sequence
+
 ARCHITECTURES: dict[str, dict] = {
     "attention": {"mixer": "attention"},
     "mamba": {"mixer": "mamba"},
@@ -27,12 +29,15 @@ ARCHITECTURES: dict[str, dict] = {
 PUBLISHED_LAYERS = 2
 
 
-def arch_label(name: str, conv: int | str | None, layers: int | None = None, positions: str | None = None) -> str:
+def arch_label(name: str, conv: int | str | None, layers: int | None = None, positions: str | None = None,
+               ablations: Sequence[str] = ()) -> str:
     """How reports name an architecture: `mamba`, or `mamba (d_conv 0)` where its convolution differs
     from the published default (`conv` None where it does not), `attention (1 layer)` where its depth
     differs from the published 2 (`layers`), `attention (no positions)` / `based (positions)` where its
-    position embedding does (`positions`: "none" / "learned")."""
+    position embedding does (`positions`: "none" / "learned"), `mamba3 (no two-token)` where it was trained
+    with a mixer's term ablated (`ablations`: `MixerOptions.ablations`)."""
     parts = [f"d_conv {conv}"] if conv is not None else []
     parts += [f"{layers} layer{'s' if layers > 1 else ''}"] if layers is not None else []
     parts += [{"none": "no positions", "learned": "positions"}[positions]] if positions is not None else []
+    parts += list(ablations)
     return name + (f" ({', '.join(parts)})" if parts else "")

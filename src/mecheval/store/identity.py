@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from mecheval.common import atomic_write_text, flatten, read_json_object, safe_mkdir
-from mecheval.models.mixers import mixer_label
+from mecheval.models.mixers import MIXERS, mixer_label
 from mecheval.models.presets import PUBLISHED_LAYERS, arch_label
 from mecheval.plugins import is_import_path
 from mecheval.store.files import read_once
@@ -30,7 +30,7 @@ LR, SEED = "optim.lr", "seed"  # what varies within a comparison group
 @dataclass(frozen=True)
 class Identity:
     """What reports name a run by and compare it with; `arch` is `arch_label(arch_name, arch_conv, layers,
-    positions)`, the join key into the findings and the published tables."""
+    positions, ablations)`, the join key into the findings and the published tables."""
 
     arch: str
     arch_name: str
@@ -38,6 +38,7 @@ class Identity:
     layers: int | None  # None: the published depth
     positions: str | None  # None: the preset's position embedding
     group: str | None  # equal for runs alike but for learning rate and seed; None where not recorded
+    ablations: tuple[str, ...] = ()  # the mixers' terms it was trained without (`arch_ablations`)
 
 
 def _label(mixer: str) -> str:
@@ -96,6 +97,27 @@ def arch_variant(config: Mapping) -> tuple[int | None, str | None]:
             positions if isinstance(positions, str) and positions != _default_positions(preset) else None)
 
 
+def _missing(value) -> bool:
+    """A table's cell for a field its run's config does not set (None or NaN)."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def arch_ablations(config: Mapping) -> tuple[str, ...]:
+    """The training ablations of a run's zoo mixers (`MixerOptions.ablations` of the options its flattened
+    config sets, such as `model.options.mamba3.two_token: false` -> `no two-token`), in the order of the
+    mixers' layers; () for a transformers model and for plug-in mixers. `config` may be a row of a table of
+    several runs, where a field another run sets is missing (None or NaN) in this one."""
+    if isinstance(config.get("model.hf"), str):
+        return ()
+    found = []
+    for mixer in dict.fromkeys(json.loads(config["model.mixer"])):
+        if not is_import_path(mixer):
+            prefix = f"model.options.{mixer}."
+            given = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and not _missing(v)}
+            found += MIXERS[mixer].options.ablations(given)
+    return tuple(dict.fromkeys(found))
+
+
 def comparison_group(config: Mapping) -> str:
     """A digest of the flattened config without its learning rate and seed."""
     rest = {k: v for k, v in config.items() if k not in (LR, SEED)}
@@ -107,7 +129,8 @@ def derive(config: Mapping) -> Identity:
     of a `sweeps.table.collect` table); its group is None, a table's groups are derived together (`best_lr`)."""
     name, conv = arch_parts(config)
     layers, positions = arch_variant(config)
-    return Identity(arch_label(name, conv, layers, positions), name, conv, layers, positions, None)
+    ablations = arch_ablations(config)
+    return Identity(arch_label(name, conv, layers, positions, ablations), name, conv, layers, positions, None, ablations)
 
 
 def record(run_dir: Path, config: TrainConfig, root: Path) -> None:
@@ -123,8 +146,10 @@ def record(run_dir: Path, config: TrainConfig, root: Path) -> None:
 
 def _read(path: Path) -> Identity:
     data = read_json_object(path, {"arch": str, "arch_name": str, "group": str},
-                            {"arch_conv": (int, str, type(None)), "layers": (int, type(None)), "positions": (str, type(None))})
-    return Identity(**{k: data.get(k) for k in Identity.__dataclass_fields__})
+                            {"arch_conv": (int, str, type(None)), "layers": (int, type(None)), "positions": (str, type(None)),
+                             "ablations": list})
+    return Identity(**{k: data.get(k) for k in Identity.__dataclass_fields__ if k != "ablations"},
+                    ablations=tuple(data.get("ablations", ())))
 
 
 def recorded(run_dir: Path) -> Identity | None:

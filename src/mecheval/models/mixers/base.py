@@ -18,6 +18,7 @@ The contract, written down once (checked when a mixer is loaded, `MixerSpec.of`;
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,6 +35,15 @@ class MixerOptions(Checked):
     """Per-mixer options; each mixer subclasses this (unknown fields are an error)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def ablations(cls, given: Mapping[str, Any]) -> list[str]:
+        """The training ablations among the options `given` (field -> value, as a config gives them): the names
+        of the fields marked `json_schema_extra={"ablation": NAME}` that are set off their default, such as
+        Mamba-3's `no two-token`; reports name an architecture with them (`models.presets.arch_label`)."""
+        marked = {name: f for name, f in cls.model_fields.items()
+                  if isinstance(f.json_schema_extra, dict) and "ablation" in f.json_schema_extra}
+        return [f.json_schema_extra["ablation"] for name, f in marked.items() if name in given and given[name] != f.default]
 
     def check(self, d_model: int) -> None:
         """ValueError naming the option where these options cannot build a mixer of width `d_model` (run when

@@ -48,8 +48,10 @@ class Mamba3Options(Mamba2Options):
     update's previous-token term (β_t = 0: the exponential-Euler update with γ_t = λ_t Δ_t); rotary False
     without the data-dependent rotation of B and C (φ_t = 0)."""
 
-    two_token: bool = Field(True, description="keep the previous-token term β_t x_{t-1} B_{t-1}^T (False: ablated in training)")
-    rotary: bool = Field(True, description="rotate B and C by the data-dependent angle φ_t (False: φ_t = 0, ablated in training)")
+    two_token: bool = Field(True, description="keep the previous-token term β_t x_{t-1} B_{t-1}^T (False: ablated in training)",
+                            json_schema_extra={"ablation": "no two-token"})
+    rotary: bool = Field(True, description="rotate B and C by the data-dependent angle φ_t (False: φ_t = 0, ablated in training)",
+                         json_schema_extra={"ablation": "no rotary"})
 
     def check(self, d_model: int) -> None:
         super().check(d_model)
