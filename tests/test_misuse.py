@@ -208,6 +208,24 @@ def test_ctrl_c_stops_the_whole_local_sweep_and_a_rerun_resumes(tmp_path, tiny_r
         assert [r["step"] for r in RunDir(p).read_metrics()] == list(range(4, RunDir(p).read_metrics()[-1]["step"] + 1, 4))
 
 
+def test_a_signal_to_one_worker_stops_the_sweep_in_one_line(tmp_path, tiny_run, spawn):
+    """A SIGINT or SIGTERM that only a worker gets (`kill PID`, a scheduler; a sweep started in the background of a
+    script ignores SIGINT itself): its run checkpoints, the queued runs never start, and the sweep says so in one
+    line, not as every queued run failing."""
+    out = tmp_path / "out"
+    proc = spawn("sweep", slow_spec(tmp_path, tiny_run), "--out", out, "--workers", "1")
+    wait_for(lambda: len(list(out.glob(f"runs/*/{METRICS}"))) == 1, what="a run training")
+    time.sleep(1)
+    os.kill(worker_pids(out)[0], signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("stopped: sweep stopped (a worker was stopped by a signal): 0 of 4 runs finished"), err
+    assert "failed" not in err and "not started" not in err
+    started = [p for p in (out / "runs").iterdir() if RunDir(p).started]
+    assert len(started) == 1 and (started[0] / CHECKPOINT).exists()
+
+
 def test_a_stop_request_checkpoints_the_run_which_then_resumes_bitwise(tmp_path, tiny_config, monkeypatch):
     from safetensors.torch import load_file
 

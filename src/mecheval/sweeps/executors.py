@@ -51,6 +51,7 @@ class Outcome:
     summary: dict | None  # None when the run failed
     error: str | None = None
     skipped: bool = False  # finished before this sweep started
+    interrupted: bool = False  # stopped by a signal to its worker (checkpointed), or not started as the worker stopped
 
 
 class RunFailed(MechevalError, RuntimeError):
@@ -130,9 +131,11 @@ def submit(job: Job | CohortJob, threads: int) -> tuple:
 
 def outcomes(job: Job | CohortJob, result: dict | list | None, error: Exception | None = None) -> list[Outcome]:
     """The outcome of each run of `job` from what its worker function returned (or the error it raised)."""
+    from mecheval.training.trainer import TrainingInterrupted
+
     members = job.members if isinstance(job, CohortJob) else (job,)
     if error is not None:
-        return [Outcome(m.name, None, _describe(error)) for m in members]
+        return [Outcome(m.name, None, _describe(error), interrupted=isinstance(error, TrainingInterrupted)) for m in members]
     results = result if isinstance(job, CohortJob) else [result]
     return [Outcome(m.name, r, None) if isinstance(r, dict) else Outcome(m.name, None, r) for m, r in zip(members, results)]
 

@@ -92,15 +92,21 @@ def run_sweep(
                 jobs = form_cohorts(jobs, cohort, workers if executor == "local" else None)
                 on_note(describe_cohorts(jobs))
             stream = run_local(jobs, workers) if executor == "local" else run_ray(jobs, address, sweep.max_retries)
+            stopped_by = None
             try:
                 for outcome in stream:
+                    if outcome.interrupted:  # a signal its worker alone got (`kill`, a scheduler's SIGTERM)
+                        stopped_by = "a worker was stopped by a signal"
+                        break
                     outcomes[outcome.name] = outcome
                     on_outcome(outcome)
             except KeyboardInterrupt:
-                stream.close()  # stops the workers if the interrupt came outside the executor
+                stopped_by = "Ctrl-C"
+            if stopped_by:
+                stream.close()  # stops the other workers (the running runs checkpoint) and cancels the queued runs
                 finished = sum(o.error is None for o in outcomes.values())
                 raise SweepInterrupted(
-                    f"sweep stopped (Ctrl-C): {finished} of {len(runs)} runs finished; the others stopped at a "
+                    f"sweep stopped ({stopped_by}): {finished} of {len(runs)} runs finished; the others stopped at a "
                     f"checkpoint or never started; run the same command again to resume"
                 ) from None
     return [outcomes[r.name] for r in runs]
