@@ -161,3 +161,16 @@ def test_the_design_block_reads_each_trial_sweep_names_what_differs_from_the_mai
     (tmp_path / "results" / "t" / "a" / "runs" / other.name).symlink_to(other)
     with pytest.raises(PageError, match="results/t/a mixes 2 designs"):
         generate(tmp_path)
+
+
+def test_a_block_selects_several_studies_by_their_directories(tmp_path):
+    """`study=A,B` chooses exactly those studies (training sweeps without a preset among them); none: one clear line."""
+    from pages.blocks import _chosen
+
+    root = _tree(tmp_path, f"studies study={STUDY}")
+    (root / "results" / "cpu" / "other" / "runs").mkdir(parents=True)
+    (root / "results" / "cpu" / "third" / "runs").mkdir(parents=True)
+    page = Path("docs/page.md")
+    assert _chosen(root, "modern", {"study": f"{STUDY},results/cpu/other"}, page) == [Path("results/cpu/other"), Path(STUDY)]
+    with pytest.raises(PageError, match="no study under results/ matches"):
+        _chosen(root, "modern", {"study": "results/cpu/absent"}, page)

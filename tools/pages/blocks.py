@@ -42,7 +42,7 @@ KINDs:
                 architecture's accuracy, verdicts' shares and where key and value meet, and Mamba-3's answer: does
                 its two-token term play the conv's role (`modern.py`)
 
-Studies are selected by `study=DIR`, or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
+Studies are selected by `study=DIR` (or `study=DIR,DIR`: several, such as training sweeps without a preset), or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
 `write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv, per
 study spanning several widths docs/figures/widths/SCALE-NAME.csv, per pool docs/figures/pooled/NAME*.csv);
 `stale_pages(root)` names what differs from the files now (the test that keeps the pages true).
@@ -626,8 +626,8 @@ def _chosen(root: Path, kind: str, args: dict[str, str], page: Path) -> list[Pat
 
 
 def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
-    if "study" in args:
-        return study == Path(args["study"])
+    if "study" in args:  # one study, or several: study=results/cpu/a,results/cpu/b
+        return study in map(Path, args["study"].split(","))
     return (fnmatch.fnmatchcase(study.parent.name, args.get("scale", "*"))
             and args.get("task", _task(root / study)) == _task(root / study)
             and ("preset" not in args or study_meta(root / study).get("preset") in args["preset"].split(",")))
