@@ -174,3 +174,14 @@ def test_a_block_selects_several_studies_by_their_directories(tmp_path):
     assert _chosen(root, "modern", {"study": f"{STUDY},results/cpu/other"}, page) == [Path("results/cpu/other"), Path(STUDY)]
     with pytest.raises(PageError, match="no study under results/ matches"):
         _chosen(root, "modern", {"study": "results/cpu/absent"}, page)
+
+
+def test_a_block_chooses_studies_by_their_atr_grammar_draw(tmp_path):
+    """`draw=`: a study without the field trained on our draw (`mecheval`), so `draw=published` leaves it out."""
+    from pages.blocks import _chosen
+
+    root = _tree(tmp_path, f"studies study={STUDY}")
+    page = Path("docs/page.md")
+    assert _chosen(root, "pooled", {"task": "ar", "draw": "mecheval"}, page) == [Path(STUDY)]
+    with pytest.raises(PageError, match="no study under results/ matches"):
+        _chosen(root, "pooled", {"task": "ar", "draw": "published,published-sets"}, page)

@@ -42,7 +42,9 @@ KINDs:
                 architecture's accuracy, verdicts' shares and where key and value meet, and Mamba-3's answer: does
                 its two-token term play the conv's role (`modern.py`)
 
-Studies are selected by `study=DIR` (or `study=DIR,DIR`: several, such as training sweeps without a preset), or by `task`, `scale` (a glob: `paper-d*`) and `preset` (a, b: either).
+Studies are selected by `study=DIR` (or `study=DIR,DIR`: several, such as training sweeps without a preset), or by
+`task`, `scale` (a glob: `paper-d*`), `preset` (a, b: either) and `draw` (ATR's grammar draw: `mecheval`, ours from
+its seed, or `published`: a pool compares the published values with one design at a time).
 `write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv, per
 study spanning several widths docs/figures/widths/SCALE-NAME.csv, per pool docs/figures/pooled/NAME*.csv);
 `stale_pages(root)` names what differs from the files now (the test that keeps the pages true).
@@ -129,6 +131,12 @@ def _figure_tables(root: Path) -> dict[Path, pd.DataFrame]:
 
 def _task(study: Path) -> str:
     return str(_table(str(study))["task.name"].iloc[0])
+
+
+def _draw(study: Path) -> str:
+    """The ATR grammar draw the study's runs trained on (`ATRParams.grammar_draw`; `mecheval` where not set)."""
+    draw = _table(str(study)).get("task.params.grammar_draw", pd.Series(dtype=object)).dropna()
+    return str(draw.iloc[0]) if len(draw) else "mecheval"
 
 
 def _spec(text: str, page: Path) -> tuple[str, dict[str, str]]:
@@ -630,7 +638,8 @@ def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
         return study in map(Path, args["study"].split(","))
     return (fnmatch.fnmatchcase(study.parent.name, args.get("scale", "*"))
             and args.get("task", _task(root / study)) == _task(root / study)
-            and ("preset" not in args or study_meta(root / study).get("preset") in args["preset"].split(",")))
+            and ("preset" not in args or study_meta(root / study).get("preset") in args["preset"].split(","))
+            and ("draw" not in args or _draw(root / study) in args["draw"].split(",")))
 
 
 def _args(args: dict[str, str]) -> str:
