@@ -172,3 +172,16 @@ def test_the_pooled_block_says_which_runs_it_leaves_out(tmp_path):
     root = _tree(tmp_path, "pooled name=twist task=atr scale=paper-d64")
     text = generate(root)[Path("docs/page.md")]
     assert "whether the latest sweep.yaml names it or not" in text and "No run is left out." in text
+
+
+def test_a_published_accuracy_is_compared_with_the_test_accuracy_on_every_prompt():
+    """ATR easy's test prompts are a third seen in training: the readouts' accuracy (unseen prompts) reads lower than
+    the published accuracies' measure; the comparison takes the final test accuracy, as they were read."""
+    from mecheval.report.compare import final_test_accuracy
+
+    df = pooled_table([D64 / s for s in NOCONV])
+    row = pooled_summary(df).set_index("architecture").loc["attention"]
+    runs = df[df["best_lr"] & (df["arch"] == "attention")]
+    assert row["test acc [95% CI]"] == "{:.2f} [{:.2f}, {:.2f}]".format(*final_test_accuracy(runs))
+    read, test = (float(row[c].split(" ")[0]) for c in ("acc read [95% CI]", "test acc [95% CI]"))
+    assert test > read + 0.02  # the seen prompts, answered from memory, count in the published measure only

@@ -12,7 +12,7 @@ def _runs(rows):
     """Finished runs as `committed_runs` gives them: (arch, width, lr, seed, acc, verdict)."""
     return pd.DataFrame([{"task.name": "ar", "grammar": "", "arch": arch, "arch_name": arch.split(" ")[0],
                           "arch_conv": None, "model.d_model": w, "optim.lr": lr, "seed": seed, "acc": acc,
-                          "n_acc": 1024, "verdict": verdict} for arch, w, lr, seed, acc, verdict in rows])
+                          "eval.size": 1024, "verdict": verdict} for arch, w, lr, seed, acc, verdict in rows])
 
 
 def test_a_best_rate_is_bracketed_only_with_a_worse_rate_on_each_side():
@@ -77,3 +77,16 @@ def test_a_seed_run_in_two_designs_counts_once():
                   ("based", 64, 1e-3, 1, 0.96, "induction")])  # seed 0 twice (two train orders), seed 1
     [row] = rate_table(runs).to_dict("records")
     assert row["seeds"] == 2
+
+
+def test_runs_on_the_published_atr_grammar_are_not_seeds_of_our_cells():
+    """A run trained on the published grammar itself checks the ATR offset; our cell's seeds are our draw's runs."""
+    from pages.rates import committed_runs
+
+    def table(seed, acc, draw):
+        row = {"status": "done", "task.name": "atr", "task.params.grammar": "easy", "arch": "attention", "arch_name": "attention",
+               "arch_conv": None, "model.d_model": 64, "optim.lr": 1e-3, "seed": seed, "acc": acc, "eval.size": 1024}
+        return pd.DataFrame([row if draw is None else {**row, "task.params.grammar_draw": draw}])
+
+    runs = committed_runs([table(0, 0.88, None), table(1, 0.87, "mecheval"), table(0, 0.89, "published")])
+    assert sorted(runs["acc"]) == [0.87, 0.88] and set(runs["grammar"]) == {"easy"}

@@ -414,8 +414,9 @@ def width_section(root: Path, study: Path, page: Path) -> str:
         return ""
     png = os.path.relpath(width_files(study)[1], page.parent).replace(os.sep, "/")
     return "\n".join([
-        f"Accuracy against width ({md_text(f'{study.parent.name}/{study.name}')}; best learning rate per width; ours solid with "
-        f"95% intervals, published dashed), compared by intervals: {RULE}.", "",
+        f"Accuracy against width ({md_text(f'{study.parent.name}/{study.name}')}; best learning rate per width; ours, the final "
+        f"test accuracy on every test prompt as the published ones were read, solid with 95% intervals, published "
+        f"dashed), compared by intervals: {RULE}.", "",
         f"![Accuracy against width, ours beside the published values]({png})", "",
         _markdown(readable_widths(table).astype(str).to_dict("records")), ""])
 
@@ -493,7 +494,9 @@ def pooled_block(root: Path, args: dict[str, str], page: Path) -> str:
            f"The runs of {', '.join(f'`{s}`' for s in chosen)} read as one study: {done} finished runs (every run "
            "directory under their runs/, whether the latest sweep.yaml names it or not; a run committed in more than "
            "one study counted once), the best learning rate per architecture chosen over all of them. "
-           + _left_out(root, df) + " Accuracy outside the conv reach where intervened on, attributions at the "
+           + _left_out(root, df) + " *acc read*: the accuracy the readouts read (test prompts unseen in training, "
+           "outside the conv reach, where intervened on); *test acc*: the final test accuracy on every test prompt, "
+           "seen or not, as the published accuracies were read, and the one compared with them; attributions at the "
            "verdict's read point: means over seeds with 95% intervals (the multi-bootstrap over seeds and examples; "
            f"one seed: its own), the published median in brackets. Compared: {RULE}.", "",
            _markdown(pooled_summary(df).to_dict("records")), ""]

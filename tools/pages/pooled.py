@@ -16,7 +16,7 @@ import pandas as pd
 
 from mecheval.interventions.verdict import shows_attributions
 from mecheval.report.analyse import summarise
-from mecheval.report.compare import heldout_cells, published_attribution, published_words
+from mecheval.report.compare import cell_runs, heldout_cells, published_attribution, published_words, final_test_accuracy
 from mecheval.report.decide import compare_accuracy
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, by_grammar, shown_accuracy, with_interval
@@ -62,9 +62,10 @@ def _one_design(raw: pd.DataFrame, df: pd.DataFrame, config: list[str]) -> None:
 
 def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per architecture (width, grammar where they vary) of `pooled_table`'s best-learning-rate runs,
-    for people: seeds, accuracy outside the conv reach with its 95% interval (over seeds where several:
-    `analyse.summarise`), the published accuracy with its 320-example interval and the two compared
-    (`decide.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
+    for people: seeds, the accuracy the readouts read (unseen prompts, outside the conv reach) with its 95% interval
+    (over seeds where several: `analyse.summarise`), the final test accuracy (`compare.final_test_accuracy`: every test
+    prompt, as the published accuracies were read), the published accuracy with its 320-example interval and the
+    test accuracy compared with it (`decide.compare_accuracy`), the verdicts counted over seeds, and @key / @value / @query (mean over
     seeds, interval; `–` where most seeds did not learn) beside the study's published median (ATR only); for a
     generalisation study, accuracy and @value on the held-out pairs beside the study's."""
     summary = summarise(df).sort_values("model.d_model", kind="stable")  # widths in order, whichever study came first
@@ -73,15 +74,17 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (_, r), grammar in zip(summary.iterrows(), grammars):
         acc, lo, hi, _ = shown_accuracy(r)
+        test, test_lo, test_hi = final_test_accuracy(cell_runs(df, r))
         theirs = r["published_acc"]
         row = {"architecture": r["arch"]}
         if summary["model.d_model"].nunique() > 1:
             row["d"] = int(r["model.d_model"])
         if grammars.nunique() > 1:
             row["grammar"] = grammar
-        row |= {"lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"], "acc [95% CI]": with_interval(acc, lo, hi),
+        row |= {"lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"], "acc read [95% CI]": with_interval(acc, lo, hi),
+                "test acc [95% CI]": with_interval(test, test_lo, test_hi),
                 "published [95% CI, n = 320]": published_words(theirs),
-                "comparison": compare_accuracy(acc, lo, hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
+                "comparison": compare_accuracy(test, test_lo, test_hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
         learned = shows_attributions(r["verdict"])  # the most common verdict over seeds
         for pos in POSITIONS:
             median = published_attribution(tasks[r["arch"]], grammar if grammar == grammar else None, r["arch"], pos)

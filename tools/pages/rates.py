@@ -7,6 +7,8 @@ per cell and rate: seeds, mean accuracy, verdicts, whether it is the cell's best
 bracketed), `rate_figure` its picture, `bracket_table` the cells that do not agree with the study; `coverage_table` the published accuracy cells, each with what we ran
 for it and the strict comparison (`decide.compare_accuracy`) at its best rate, `coverage_summary` their counts.
 An ATR run trained with held-out pairs is a cell of its own (grammar `easy held-out`), read on the held-out pairs.
+An ATR run trained on the published grammar itself (`task.params.grammar_draw` other than `mecheval`) is a check of
+the ATR-easy offset (docs/findings/atr.md), another design than our cells' runs: it is not counted among them.
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from mecheval.interventions.verdict import LABELS  # noqa: E402
-from mecheval.interventions.metrics import accuracy_interval  # noqa: E402
 from mecheval.report import published  # noqa: E402
-from mecheval.report.compare import published_accuracy, published_verdict  # noqa: E402
-from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels, multi_bootstrap  # noqa: E402
+from mecheval.report.compare import published_accuracy, published_verdict, final_test_accuracy  # noqa: E402
+from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
 from mecheval.sweeps.table import best_rates  # noqa: E402
@@ -32,24 +33,24 @@ CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
 NO_VERDICT = "not read"
 HELDOUT = " held-out"  # the grammar suffix of a generalisation run's cell (read on its held-out pairs)
 HOLDOUT = "task.params.holdout_frac"
+DRAW = "task.params.grammar_draw"  # ATR's grammar: ours from its seed (`mecheval`, the default), or the published one
 RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "seeds", "acc", "acc_lo", "acc_hi", "verdict", "verdicts",
                 "published", "best", "rates", "bracketed"]
 
 
 def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """The finished runs of several studies' `results.study_table(every_run=True)` as one table, a run
-    committed in two studies (same cell, rate, seed and final accuracy) counted once; `grammar` is the ATR
-    grammar ("" for AR)."""
+    committed in two studies (same cell, rate, seed and final accuracy) counted once, runs on the published ATR
+    grammar left out (module docstring); `grammar` is the ATR grammar ("" for AR)."""
     if not tables:
         return pd.DataFrame(columns=[*CELL, "optim.lr", "seed", "acc"])
     df = pd.concat(tables, ignore_index=True)
-    df = df[df["status"] == "done"].copy()
+    df = df[(df["status"] == "done") & (df[DRAW].fillna("mecheval") == "mecheval" if DRAW in df else True)].copy()
     grammar = df[GRAMMAR].fillna("easy") if GRAMMAR in df else pd.Series("easy", index=df.index)
     held = df[HOLDOUT].fillna(0) > 0 if HOLDOUT in df else pd.Series(False, index=df.index)
     df["grammar"] = (grammar + np.where(held, HELDOUT, "")).where(df["task.name"] == "atr", "")
     if "acc_heldout" in df:  # a generalisation run is compared on its held-out pairs
         df["acc"] = df["acc_heldout"].where(held, df["acc"])
-    df["n_acc"] = df["eval.size"]
     return df.drop_duplicates([*CELL, "optim.lr", "seed", "acc"], ignore_index=True)
 
 
@@ -68,7 +69,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
         for lr, at in cell.groupby("optim.lr", sort=True):
             verdicts = at["verdict"].fillna(NO_VERDICT)
             counts = verdicts.value_counts()
-            lo, hi = _interval(at)
+            _, lo, hi = final_test_accuracy(at)
             by_rate.append({"task": task, "grammar": grammar, "arch": arch, "width": int(width), "lr": float(lr),
                             "seeds": at["seed"].nunique(), "acc": float(at["acc"].mean()), "acc_lo": lo, "acc_hi": hi,
                             "verdict": counts.index[0],
@@ -113,15 +114,6 @@ def published_value(task: str, grammar: str, arch: str, conv, width: int, label:
     if grammar.endswith(HELDOUT):
         return published.ATR_HELDOUT.get(label, {}).get(width)
     return published_accuracy(task, grammar or None, arch, conv, width, label)
-
-
-def _interval(runs: pd.DataFrame) -> tuple[float, float]:
-    """95% interval of the mean accuracy of `runs` (one per seed, over `n_acc` examples each): a run's Wilson
-    interval, over several seeds the multi-bootstrap (`decide.multi_bootstrap`)."""
-    bounds = [accuracy_interval(round(a * n), int(n)) for a, n in zip(runs["acc"], runs["n_acc"])]
-    if len(runs) == 1:
-        return bounds[0]
-    return multi_bootstrap(list(runs["acc"]), [b[0] for b in bounds], [b[1] for b in bounds], list(runs["n_acc"]))
 
 
 def published_cells() -> pd.DataFrame:

@@ -86,8 +86,8 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
                 "where the runs were intervened on (bars, with 95% multi-bootstrap intervals over seeds, or Wilson "
                 "for one run); black ticks: the published accuracy for the published task and size.",
     "accuracy_by_width": "Accuracy against width, at each width's best learning rate: ours as solid lines (markers "
-                         "with 95% multi-bootstrap intervals over seeds, or Wilson for one run; outside the conv "
-                         "reach where intervened on), the published accuracy as dashed lines in the same colour, on "
+                         "with 95% multi-bootstrap intervals over seeds, or Wilson for one run; the final test "
+                         "accuracy, as the published ones were read), the published accuracy as dashed lines in the same colour, on "
                          "a log2 width axis. One panel for the architectures at their published convs, one per architecture whose conv sizes "
                          "the study varies; dotted: the findings' thresholds of failure and high accuracy.",
     "attribution_scatter": "One point per run. Key corrupted; the clean residual stream patched in at the read "
@@ -115,8 +115,9 @@ CAPTIONS = {  # figure name prefix -> caption (`{arch}` and `{site}` filled in)
                "p(answer) restored (0 nothing, 1 all).",
 }
 
-WIDTHS_NOTE = ("Each width's best-learning-rate accuracy (as above, with its 95% interval: the multi-bootstrap over "
-               "seeds where several ran, else Wilson) beside the published one, compared point by point: " + RULE + ".")
+WIDTHS_NOTE = ("Each width's best-learning-rate final test accuracy (on every test prompt, seen in training or not, as the "
+               "published accuracies were read; with its 95% interval: the multi-bootstrap over seeds where several ran, "
+               "else Wilson) beside the published one, compared point by point: " + RULE + ".")
 
 FORMATION_NOTE = ("Runs with a short conv: the conv output cell (layer, offset from the queried key) whose clean value "
                   "restores most of the answer (sufficiency, 95% bootstrap interval), and the accuracy with that "

@@ -1,10 +1,43 @@
-"""Our results beside the published ones: the accuracy and the verdict the study reports per run."""
+"""Our results beside the published ones: the accuracy and the verdict the study reports per run, and our accuracy
+on the population the published accuracies were read on (`final_test_accuracy`)."""
 
 from __future__ import annotations
 
+import pandas as pd
+
+from mecheval.interventions.metrics import accuracy_interval
 from mecheval.report import published
-from mecheval.report.decide import published_interval
-from mecheval.report.overview import with_interval
+from mecheval.report.decide import multi_bootstrap, published_interval
+from mecheval.report.overview import GRAMMAR, with_interval
+
+TEST_N = "eval.size"  # the test examples behind a run's final test accuracy `acc`
+
+
+def cell_runs(runs: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """The best-learning-rate runs of a study table (`results.study_table`) behind one row of `analyse.summarise`:
+    its architecture, width, learning rate and (where the table has one) grammar."""
+    keep = runs["best_lr"] & (runs["arch"] == row["arch"]) & (runs["model.d_model"] == row["model.d_model"]) \
+        & (runs["optim.lr"] == row["optim.lr"])
+    if GRAMMAR in runs and isinstance(row.get(GRAMMAR), str):
+        keep &= runs[GRAMMAR] == row[GRAMMAR]
+    return runs[keep]
+
+
+def final_test_accuracy(runs: pd.DataFrame) -> tuple[float, float, float]:
+    """(mean, lo, hi): the final test accuracy (`acc`, over `eval.size` examples each) of one cell's runs, one per
+    seed, with its 95% interval (a run's Wilson interval; over seeds the multi-bootstrap). It is what a published
+    accuracy compares with: read like it on every test prompt, seen in training or not, and every example (the
+    readouts' accuracies leave out seen prompts and examples inside the conv reach: on ATR easy, whose test
+    prompts are a third seen, they read lower). NaNs where no run has a test accuracy."""
+    runs = runs[runs["acc"].notna()]
+    if runs.empty:
+        return float("nan"), float("nan"), float("nan")
+    accs, ns = runs["acc"].astype(float).tolist(), runs[TEST_N].astype(int).tolist()
+    bounds = [accuracy_interval(round(a * n), n) for a, n in zip(accs, ns)]
+    mean = sum(accs) / len(accs)
+    if len(runs) == 1:
+        return mean, *bounds[0]
+    return mean, *multi_bootstrap(accs, [b[0] for b in bounds], [b[1] for b in bounds], ns)
 
 
 def published_accuracy(task: str, grammar: str | None, arch: str, conv: int | str | None, width: int,

@@ -17,9 +17,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator
 
-from mecheval.report.compare import published_accuracy, published_words
+from mecheval.report.compare import cell_runs, published_accuracy, published_words, final_test_accuracy
 from mecheval.report.decide import HIGH_ACC, POOR_ACC, compare_accuracy
-from mecheval.report.overview import GRAMMAR, shown_accuracy, with_interval
+from mecheval.report.overview import GRAMMAR, with_interval
 from mecheval.report.published import WIDTHS
 
 ZOO = "architectures at their published convs"
@@ -44,12 +44,13 @@ def panel(label: str, name: str, conv) -> str:
 
 def width_table(summary: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     """One row per (architecture, width), over the published widths and ours: panel, arch (with the grammar
-    where the study ran several), width, seeds, our accuracy with its 95% interval (`overview.shown_accuracy`:
-    outside the conv reach where intervened on; NaN at a width we did not run), the published accuracy (NaN
-    where the study states none) and the comparison (blank unless both are there).
+    where the study ran several), width, seeds, our final test accuracy with its 95% interval
+    (`compare.final_test_accuracy`: on every test prompt, as the published accuracies were read; NaN at a width we did not
+    run), the published accuracy (NaN where the study states none) and the comparison (blank unless both are there).
 
     summary: `analyse.summarise`'s rows (one per architecture, width[, grammar]); df: the study table, for
-    each label's architecture as data (`arch_name`, `arch_conv`), task (`task.name`) and grammar.
+    each label's architecture as data (`arch_name`, `arch_conv`), task (`task.name`) and grammar, and each row's
+    runs (`compare.cell_runs`).
     """
     parts = df.drop_duplicates("arch").set_index("arch")
     several = GRAMMAR in summary and summary[GRAMMAR].nunique() > 1
@@ -61,9 +62,9 @@ def width_table(summary: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
         grammar = grammar if isinstance(grammar, str) else None
         name, conv, task = parts.at[arch, "arch_name"], parts.at[arch, "arch_conv"], parts.at[arch, "task.name"]
         conv = None if conv is None or conv != conv else conv
-        ours = {int(r["model.d_model"]): (r, shown_accuracy(r)) for _, r in group.iterrows()}
+        ours = {int(r["model.d_model"]): (r, final_test_accuracy(cell_runs(df, r))) for _, r in group.iterrows()}
         for width in sorted(set(WIDTHS) | set(ours)):
-            row, (acc, lo, hi, _) = ours.get(width, (None, (float("nan"),) * 3 + ("acc",)))
+            row, (acc, lo, hi) = ours.get(width, (None, (float("nan"),) * 3))
             theirs = published_accuracy(task, grammar, name, conv, width, arch)
             rows.append({"panel": panel(arch, name, conv), "arch": arch + (f" · {grammar}" if several else ""),
                          "width": width, "seeds": 0 if row is None else int(row["seeds"]), "acc": acc,
