@@ -22,7 +22,7 @@ def study_rows(grammars=("easy",)) -> pd.DataFrame:
             for seed, (acc, verdict) in enumerate(zip(accs, verdicts)):
                 rows.append({"name": f"{arch}-{grammar}-{seed}", "status": "done", "arch": arch, "arch_name": arch,
                              "arch_conv": None, "model.d_model": 64,
-                             "optim.lr": 3e-3, "seed": seed, "acc": acc, "verdict": verdict, "best_lr": True,
+                             "optim.lr": 3e-3, "seed": seed, "acc": acc, "eval.size": 1024, "verdict": verdict, "best_lr": True,
                              "attrib@key": 0.0, "attrib@value": acc, "attrib@query": 0.0, "effect": 0.5,
                              "task.name": "atr", GRAMMAR: grammar})
     return pd.DataFrame(rows)
