@@ -50,7 +50,8 @@ class RWKV7Options(MixerOptions):
     decay_rank: int = Field(32, gt=0, description="rank of the decay's low-rank MLP")
     a_rank: int = Field(32, gt=0, description="rank of the in-context learning rate's projection")
     gate_rank: int = Field(32, gt=0, description="rank of the output gate's low-rank MLP")
-    token_shift: bool = Field(True, description="RWKV's two-token mixing before the projections")
+    token_shift: bool = Field(True, description="RWKV's two-token mixing before the projections",
+                              json_schema_extra={"ablation": "no token shift"})
     norm_eps: float = Field(1e-5, gt=0, description="the GroupNorm's eps, per channel of a head")
 
 
