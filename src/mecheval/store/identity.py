@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from mecheval.common import atomic_write_text, flatten, read_json_object, safe_mkdir
+from mecheval.intervals import missing
 from mecheval.models.mixers import MIXERS, mixer_label
 from mecheval.models.presets import PUBLISHED_LAYERS, arch_label
 from mecheval.plugins import is_import_path
@@ -97,11 +98,6 @@ def arch_variant(config: Mapping) -> tuple[int | None, str | None]:
             positions if isinstance(positions, str) and positions != _default_positions(preset) else None)
 
 
-def _missing(value) -> bool:
-    """A table's cell for a field its run's config does not set (None or NaN)."""
-    return value is None or (isinstance(value, float) and value != value)
-
-
 def arch_ablations(config: Mapping) -> tuple[str, ...]:
     """The training ablations of a run's zoo mixers (`MixerOptions.ablations` of the options its flattened
     config sets, such as `model.options.mamba3.two_token: false` -> `no two-token`), in the order of the
@@ -113,7 +109,7 @@ def arch_ablations(config: Mapping) -> tuple[str, ...]:
     for mixer in dict.fromkeys(json.loads(config["model.mixer"])):
         if not is_import_path(mixer):
             prefix = f"model.options.{mixer}."
-            given = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and not _missing(v)}
+            given = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and not missing(v)}
             found += MIXERS[mixer].options.ablations(given)
     return tuple(dict.fromkeys(found))
 
