@@ -148,7 +148,7 @@ def test_an_analysis_the_model_cannot_have_says_so_in_one_line(sweep):
                      "induction: the state analysis does not apply: the model has no recurrent state (the analysis "
                      "reads the answer each layer's state carries)",
                      "induction: the two-token analysis does not apply: the model has no two-token term (Mamba-3's "
-                     "trapezoidal update: the analysis zeroes it per layer)"]
+                     "trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)"]
     assert (run / "verdict.json").exists() and not (run / "conv_window.parquet").exists()
 
 

@@ -16,6 +16,7 @@ from mecheval.models import ModelConfig
 from mecheval.models.conformance import Suite, run_check
 from mecheval.models.mixers import MIXERS
 from mecheval.models.shortconv import ShortConv
+from mecheval.models.sites import attach
 
 from .mixer_checks import assert_recurrent_equals_parallel, inputs, make_mixer
 
@@ -118,10 +119,29 @@ def test_rwkv7_token_shift_is_a_two_tap_conv_with_taps_summing_to_one():
     with torch.no_grad():
         conv.weight.copy_(torch.stack([m.mu[0], 1 - m.mu[0]], -1)[:, None])  # lag 1: μ_r, lag 0: 1 - μ_r
         expect = conv(x) @ W_r.T
-        got = m._project(x, F.pad(x, (0, 0, 1, -1)))[..., :16]
+        got = m._project(x, F.pad(x, (0, 0, 1, -1)) - x)[..., :16]  # δ = u_{t-1} - u_t
     torch.testing.assert_close(got, expect, atol=1e-5, rtol=1e-5)
     plain = make_mixer("rwkv7", token_shift=False)
     assert plain.mu is None and sum(p.numel() for p in m.parameters()) - sum(p.numel() for p in plain.parameters()) == 6 * 16
+
+
+def test_zeroing_rwkv7_s_two_token_site_removes_its_token_shift():
+    """The site `two_token` carries the shift's difference δ_t = u_{t-1} - u_t [B, T, D]; zeroing it gives the
+    mixer with μ = 0 (x^□ = u: no token shift), what `interventions.two_token` ablates."""
+    m = make_mixer("rwkv7", n_heads=2).double()
+    m.two_token.name = "two_token"
+    x = inputs(2, 9, 16, 2).double()
+    seen = {}
+    with torch.no_grad():
+        with attach({"two_token": m.two_token}, {"two_token": lambda d: seen.setdefault("d", d)}):
+            y = m(x)
+        with attach({"two_token": m.two_token}, {"two_token": torch.zeros_like}):
+            ablated = m(x)
+        m.mu.zero_()
+        unshifted = m(x)
+    torch.testing.assert_close(seen["d"], F.pad(x, (0, 0, 1, -1)) - x, atol=0, rtol=0)
+    torch.testing.assert_close(ablated, unshifted, atol=1e-12, rtol=0)
+    assert (y - ablated).abs().max() > 1e-3  # the shift mattered
 
 
 @pytest.mark.parametrize("gate", [False, True])

@@ -144,7 +144,8 @@ def expected_sites(cfg) -> list[str]:
     names = []
     for i in range(cfg.n_layers):
         conv = cfg.d_conv[i]
-        local = ["resid_pre", "mixer_in"] + (["conv_in"] if isinstance(conv, int) and conv > 0 else [])
+        local = ["resid_pre", "mixer_in"] + (["two_token"] if cfg.mixer[i] == "rwkv7" else [])  # its token shift
+        local += ["conv_in"] if isinstance(conv, int) and conv > 0 else []
         local += ["conv_out"] if conv != 0 else []
         local += ["two_token"] if cfg.mixer[i] == "mamba3" else []
         local += ["state"] if cfg.mixer[i] in STATEFUL else []

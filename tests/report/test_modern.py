@@ -28,15 +28,15 @@ def _best(tmp_path, cuts, verdicts=None):
                                           ([0.97, 0.99, 0.98], DOES_NOT),  # no seed cares
                                           ([0.02, 0.97, 0.50], INCONCLUSIVE)])  # seeds disagree: the interval spans both
 def test_the_answer_is_decided_by_the_interval_over_seeds(tmp_path, cuts, status):
-    assert two_token_answer(_best(tmp_path, cuts))[0] == status
+    assert two_token_answer(_best(tmp_path, cuts), "mamba3")[0] == status
 
 
 def test_seeds_that_did_not_learn_are_not_read_and_none_learned_leaves_the_question_open(tmp_path):
     best = _best(tmp_path, [0.02, 0.95], verdicts=["direct retrieval", "not learned"])
-    status, words = two_token_answer(best)
+    status, words = two_token_answer(best, "mamba3")
     assert status == PLAYS and "1 learned seed (0; of 2)" in words
     assert "at the value position alone (where the previous token is the key) it leaves 0.02, everywhere but there 0.99" in words
-    status, words = two_token_answer(best.assign(verdict="not learned"))
+    status, words = two_token_answer(best.assign(verdict="not learned"), "mamba3")
     assert status == INCONCLUSIVE and "open" in words
 
 
@@ -68,3 +68,6 @@ def test_the_modern_block_reads_the_committed_mamba3_study_and_answers_from_it(t
     assert "| mamba3 (d_conv 4) | 0.003 | 0, 1, 2 |" in block and "| mamba3 | 0.003 |" in block
     assert "mamba3: zeroing the two-token term in every layer takes accuracy from" in block
     assert "at the value alone →" in block and "short conv of layer 1" in block
+    # with a conv, both readings of a seed side by side, and the answer for that variant too (its runs have both)
+    assert "lagged taps zeroed: " in block and "), two-token term zeroed in layers 0+1" in block
+    assert "mamba3 (d_conv 4): zeroing the two-token term in every layer" in block

@@ -1,14 +1,17 @@
 """Today's mixers on AR (the `modern` study): per architecture and short conv, accuracy over seeds, the verdicts'
-shares, where key and value meet, and Mamba-3's question: does its two-token term play the short conv's role?
+shares, where key and value meet, and Mamba-3's question (RWKV-7's too): does the mixer's two-token term play the
+short conv's role?
 
-Where key and value meet, per learned run (`meeting_words`):
+Where key and value meet, per learned run (`meeting_words`), each reading the run has:
     short conv   the conv-window cell restoring most and the accuracy with that layer's taps of lag >= 1 zeroed
                  (`findings.conv_evidence`, as for Mamba)
-    two-token    Mamba-3's previous-token term zeroed in every layer (`interventions.two_token`), and as its control
-                 at the value position alone and everywhere but there (where the table has them)
-The answer (`two_token_answer`), over the learned seeds of Mamba-3 without a conv: the multi-bootstrap interval of
-the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays the conv's role (it binds
-key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads Mamba's conv taps.
+    two-token    the mixer's previous-token term (Mamba-3's trapezoidal term, RWKV-7's token shift) zeroed in every
+                 layer (`interventions.two_token`), and as its control at the value position alone and everywhere
+                 but there (where the table has them)
+The answer (`two_token_answer`), per architecture with the two-token reading, over its learned seeds: the
+multi-bootstrap interval of the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays
+the conv's role (it binds key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads
+Mamba's conv taps.
 """
 
 from __future__ import annotations
@@ -47,17 +50,25 @@ def two_token_read(run_dir: str | Path) -> dict | None:
 
 
 def meeting_words(run_dir: str) -> str:
-    """Where key and value meet in one learned run, in words with its numbers; `–` where no analysis says."""
+    """Where key and value meet in one learned run, in words with its numbers, each analysis the run has (a short
+    conv's, the two-token term's); `–` where none says."""
+    words = []
     conv = conv_evidence(run_dir)
     if conv is not None:
-        return (f"short conv of layer {conv['layer']} (key+{conv['offset']} restores {conv['attrib']:.2f}; lagged "
-                f"taps zeroed: {conv['acc']:.2f} → {conv['cut_acc']:.2f})")
+        words.append(f"short conv of layer {conv['layer']} (key+{conv['offset']} restores {conv['attrib']:.2f}; "
+                     f"lagged taps zeroed: {conv['acc']:.2f} → {conv['cut_acc']:.2f})")
     two = two_token_read(run_dir)
     if two is not None:
         control = ("" if two["at_value"] is None else
                    f" (at the value alone → {two['at_value']:.2f}; everywhere else → {two['not_value']:.2f})")
-        return f"two-token term zeroed in layers {two['layers']}: {two['acc']:.2f} → {two['cut_acc']:.2f}{control}"
-    return "–"
+        words.append(f"two-token term zeroed in layers {two['layers']}: {two['acc']:.2f} → {two['cut_acc']:.2f}{control}")
+    return ", ".join(words) or "–"
+
+
+def two_token_archs(best: pd.DataFrame) -> list[str]:
+    """The architectures with a two-token reading in a learned best-learning-rate run (`two_token_answer` reads them)."""
+    runs = learned(best)
+    return sorted({r["arch"] for _, r in runs.iterrows() if two_token_read(r["run_dir"]) is not None})
 
 
 def learned(best: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +76,7 @@ def learned(best: pd.DataFrame) -> pd.DataFrame:
     return best[best["verdict"].notna() & (best["verdict"] != NOT_LEARNED)]
 
 
-def two_token_answer(best: pd.DataFrame, arch: str = "mamba3") -> tuple[str, str]:
+def two_token_answer(best: pd.DataFrame, arch: str) -> tuple[str, str]:
     """(status, sentence): does `arch`'s two-token term play the short conv's role (module docstring)? Decided over
     its learned best-learning-rate runs; status PLAYS, DOES_NOT or INCONCLUSIVE."""
     runs = best[best["arch"] == arch]

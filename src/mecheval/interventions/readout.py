@@ -35,7 +35,7 @@ STATE_EXAMPLES = 512  # the state readout reads at most the first 512 examples (
 NEEDS = {  # analysis -> (the part of the model it reads, found; the part named where the model lacks it)
     "conv-window": (short_convs, "short convolution (the analysis reads where one binds key and value)"),
     "state": (state_sites, "recurrent state (the analysis reads the answer each layer's state carries)"),
-    "two-token": (two_token_sites, "two-token term (Mamba-3's trapezoidal update: the analysis zeroes it per layer)"),
+    "two-token": (two_token_sites, "two-token term (Mamba-3's trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)"),
 }
 READ_SETTINGS = {"n_examples": "n", "read_seed": "seed", "split": "split"}  # verdict.json: the examples a readout
 # was asked for, each field by the argument that set it (`read_seed`, not `seed`: a study's table joins verdict fields

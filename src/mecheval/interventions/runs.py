@@ -8,7 +8,7 @@ as values) and writes them with their figures (`write_readout`):
     RUN_DIR/carriers.parquet             the full-window readout at the verdict's read point (`carriers.py`)
     RUN_DIR/accuracy.parquet             accuracy (Wilson 95% interval) per artefact subset and key distance
     RUN_DIR/conv_window.parquet, conv_ablation.parquet, interventions/conv_window.png   (--analysis conv-window)
-    RUN_DIR/two_token.parquet   (--analysis two-token: Mamba-3's previous-token term zeroed per layer)
+    RUN_DIR/two_token.parquet   (--analysis two-token: a mixer's previous-token term zeroed per layer)
     RUN_DIR/state_curve.parquet, interventions/state_curve.png   (--analysis state, models with a state)
     RUN_DIR/pointer.parquet              the pointer control at the verdict's read point (`pointer.py`)
     RUN_DIR/verdict.json                 the mechanism verdict, its detail, the accuracy it rests on, and which

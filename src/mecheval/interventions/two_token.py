@@ -1,13 +1,17 @@
-"""Mamba-3's two-token term ablated: does the trapezoidal update's previous-token input play the short conv's role?
+"""A mixer's two-token term ablated: does its own previous-token input play the short conv's role?
 
-Mamba-3 (`models.mixers.mamba3`) has no short convolution; its trapezoidal update writes the previous token
-into the state again, β_t x_{t-1} B_{t-1}^T, which the site `layers.{i}.two_token` carries (β_t x_{t-1}).
+Two mixers without a short convolution mix each token with the previous one by a term of their own, which the
+site `layers.{i}.two_token` carries [B, T, D_site]:
+    Mamba-3 (`models.mixers.mamba3`)   the trapezoidal update writes the previous token into the state again,
+                                       β_t x_{t-1} B_{t-1}^T; the site carries β_t x_{t-1}
+    RWKV-7 (`models.mixers.rwkv7`)     the token shift x^□_t = u_t + δ_t ⊙ μ_□ before each projection; the site
+                                       carries δ_t = u_{t-1} - u_t
 If that term binds a key to its value as Mamba's conv does, zeroing it must break retrieval, as zeroing
 Mamba's conv taps of lag >= 1 does (`conv_window.conv_ablation`, its analogue).
 
 `two_token_ablation`: accuracy with the term zeroed in each layer alone and in all layers together, and, as the
-control that tells a binding from damage, in all layers at the value position alone (where x_{t-1} is the key:
-the one write that binds key to value) and everywhere but there. If the term binds, zeroing it at the value alone
+control that tells a binding from damage, in all layers at the value position alone (where the previous token is the
+key: the one write that binds key to value) and everywhere but there. If the term binds, zeroing it at the value alone
 breaks retrieval as zeroing it everywhere does, and zeroing it everywhere else does not. Columns:
 `layers, acc, acc_lo, acc_hi, n`: `layers` is `none` (the unablated model), `0`, `1`, `0+1`, `0+1@value`,
 `0+1@not value` (the position rows only where each example has one value); only `none` for a model without the site.

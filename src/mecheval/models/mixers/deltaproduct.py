@@ -63,10 +63,10 @@ class DeltaProduct(DPLRMixer):
             self.a_proj = None
         self.out = GatedOutput(d_model, H, d_h, options.norm_eps)
 
-    def _project(self, u, u_prev):
+    def _project(self, u, shift):
         return self.qkv(u)
 
-    def _recurrence(self, c, u, u_prev):
+    def _recurrence(self, c, u, shift):
         """-> the T n steps: step t n + j - 1 is the j-th delta step of token t."""
         n, H, d = self.substeps, self.n_heads, self.d_k
         q, k, v = F.silu(c).split([H * d, n * H * d, n * H * d], dim=-1)
@@ -82,7 +82,7 @@ class DeltaProduct(DPLRMixer):
         log_w = log_w.flatten(1, 2)  # the transition α (I - β k k^T) = diag(α) + (-α β k) k^T
         return DPLRInputs(reads.flatten(1, 2), beta * k, v, log_w, k, -beta * log_w.exp() * k)
 
-    def _out(self, o, steps, u, u_prev):
+    def _out(self, o, steps, u, shift):
         return self.out(o, u)
 
 

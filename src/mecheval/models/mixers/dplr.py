@@ -1,15 +1,17 @@
 """The frame shared by GLA, RWKV-7 and DeltaProduct: mixers whose core is the diagonal-plus-low-rank linear
 recurrence of `ops.dplr` (S_t = (diag(w_t) + b_t a_t^T) S_{t-1} + k_t v_t^T, o_t = S_t^T q_t, per head).
 
-    c = project(u_t, u_{t-1})          [B, T, C]: the channels the conv slot sees (`_project`; u_{t-1}, the
-                                       previous input, only for RWKV-7's token shift)
+    δ_t = u_{t-1} - u_t                [B, T, D]: the token shift's difference (u_{-1} = 0), read only by
+                                       RWKV-7's token shift; with `shifts` it passes the site `two_token`
+                                       (zeroing it there ablates the shift: `interventions.two_token`)
+    c = project(u, δ)                  [B, T, C]: the channels the conv slot sees (`_project`)
     c = conv(c)                        the shared short-conv slot over the C channels (site `conv_out`);
                                        d_conv 0 removes it
-    steps = recurrence(c, u, u_{t-1})  `DPLRInputs` over T · n steps (n = `substeps`: DeltaProduct's n_h
+    steps = recurrence(c, u, δ)        `DPLRInputs` over T · n steps (n = `substeps`: DeltaProduct's n_h
                                        delta steps per token; 1 otherwise)
     o = DPLR(steps)                    [B, T, H, d_v]: the output at each token's last step (site `state`,
                                        `DPLRState`: S after each token; site `core_out`: o, heads concatenated)
-    y = out(o, steps, u, u_{t-1})      [B, T, D]
+    y = out(o, steps, u, δ)            [B, T, D]
 Training runs the chunkwise form (`ops.dplr.dplr`); the step form runs the same steps one by one from the
 carried state (conv window, u_{t-1}, S [B, H, d_k, d_v]).
 """
@@ -101,41 +103,46 @@ class GatedOutput(nn.Module):
 
 class DPLRMixer(Mixer):
     """Subclasses build their parameters after `super().__init__(..., channels=C, heads=(H, d_k, d_v))` and
-    define `_project`, `_recurrence` and `_out` (module docstring); `substeps` is n."""
+    define `_project`, `_recurrence` and `_out` (module docstring); `substeps` is n; `shifts`: the mixer reads
+    the token shift's difference δ, which then passes the site `two_token`."""
 
     def __init__(self, d_model: int, conv: ConvSpec, options: MixerOptions, layer_idx: int, max_len: int, *,
-                 channels: int, heads: tuple[int, int, int], substeps: int = 1):
+                 channels: int, heads: tuple[int, int, int], substeps: int = 1, shifts: bool = False):
         super().__init__(d_model, conv, options, layer_idx, max_len)
         self.n_heads, self.d_k, self.d_v = heads
-        self.substeps = substeps
+        self.substeps, self.shifts = substeps, shifts
+        if shifts:  # registered first: sites register in the order forward visits them
+            self.two_token = Site()
         self.conv = make_conv(conv, channels, max_len)
         if self.conv is not None:
             self.conv_out = Site()
         self.state = StateSite()
         self.core_out = Site()
 
-    def _project(self, u: torch.Tensor, u_prev: torch.Tensor) -> torch.Tensor:
-        """u, u_prev [B, T, D] -> the conv slot's channels [B, T, C]."""
+    def _project(self, u: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """u, the token shift's difference δ [B, T, D] -> the conv slot's channels [B, T, C]."""
         raise NotImplementedError
 
-    def _recurrence(self, c: torch.Tensor, u: torch.Tensor, u_prev: torch.Tensor) -> DPLRInputs:
-        """The conv slot's output c [B, T, C] and the inputs u, u_prev [B, T, D] -> the recurrence's T · n steps."""
+    def _recurrence(self, c: torch.Tensor, u: torch.Tensor, shift: torch.Tensor) -> DPLRInputs:
+        """The conv slot's output c [B, T, C], the input u and δ [B, T, D] -> the recurrence's T · n steps."""
         raise NotImplementedError
 
-    def _out(self, o: torch.Tensor, steps: DPLRInputs, u: torch.Tensor, u_prev: torch.Tensor) -> torch.Tensor:
-        """o [B, T, H, d_v], the steps and the inputs u, u_prev [B, T, D] -> y [B, T, D]."""
+    def _out(self, o: torch.Tensor, steps: DPLRInputs, u: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """o [B, T, H, d_v], the steps, the input u and δ [B, T, D] -> y [B, T, D]."""
         raise NotImplementedError
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        u_prev = F.pad(u, (0, 0, 1, -1))  # u_{t-1}, 0 before the first token
-        c = self._project(u, u_prev)
+        shift = F.pad(u, (0, 0, 1, -1)) - u  # δ_t = u_{t-1} - u_t
+        if self.shifts:
+            shift = self.two_token(shift)
+        c = self._project(u, shift)
         if self.conv is not None:
             c = self.conv_out(self.conv(c))
-        steps = self._recurrence(c, u, u_prev)
+        steps = self._recurrence(c, u, shift)
         o = dplr(*steps)[:, last_steps(self.substeps)]
         o = self.state(DPLRState(o, *steps, substeps=self.substeps)).output
         o = self.core_out(o.flatten(-2)).unflatten(-1, (self.n_heads, self.d_v))
-        return self._out(o, steps, u, u_prev)
+        return self._out(o, steps, u, shift)
 
     def init_state(self, batch_size: int, device=None, dtype=None):
         """(conv state or None, u_{t-1} [B, D] zeros, S [B, H, d_k, d_v] zeros)."""
@@ -145,10 +152,11 @@ class DPLRMixer(Mixer):
 
     def step(self, u_t: torch.Tensor, state):
         conv_state, u_prev, S = state
-        c = self._project(u_t, u_prev)
+        shift = u_prev - u_t
+        c = self._project(u_t, shift)
         if self.conv is not None:
             c, conv_state = self.conv.step(c, conv_state)
-        u, u_prev = u_t[:, None], u_prev[:, None]  # this token as a sequence of one
-        steps = self._recurrence(c[:, None], u, u_prev)  # its n steps
+        u, shift = u_t[:, None], shift[:, None]  # this token as a sequence of one
+        steps = self._recurrence(c[:, None], u, shift)  # its n steps
         o, S = dplr_run(steps, S)
-        return self._out(o[:, -1:], steps, u, u_prev)[:, 0], (conv_state, u_t, S)
+        return self._out(o[:, -1:], steps, u, shift)[:, 0], (conv_state, u_t, S)

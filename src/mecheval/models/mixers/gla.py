@@ -58,17 +58,17 @@ class GLA(DPLRMixer):
         self.tau = options.gate_normalizer
         self.out = GatedOutput(d_model, H, dv // H, options.norm_eps)
 
-    def _project(self, u, u_prev):
+    def _project(self, u, shift):
         return self.qkv(u)
 
-    def _recurrence(self, c, u, u_prev):
+    def _recurrence(self, c, u, shift):
         heads = (self.n_heads, self.d_k)
         q, k, v = c.split([self.n_heads * self.d_k] * 2 + [self.n_heads * self.d_v], dim=-1)
         log_alpha = F.logsigmoid(self.gate(u)) / self.tau
         return DPLRInputs(q.unflatten(-1, heads) * self.d_k**-0.5, k.unflatten(-1, heads),
                           v.unflatten(-1, (self.n_heads, self.d_v)), log_alpha.unflatten(-1, heads), None, None)
 
-    def _out(self, o, steps, u, u_prev):
+    def _out(self, o, steps, u, shift):
         return self.out(o, u)
 
 

@@ -2,8 +2,9 @@
 mixing, as flash-linear-attention's `RWKV7Attention` layer.
 
 With H heads of d_h = D / H (`mixers.dplr`'s frame); for □ in r, w, k, v, a, g:
-    x^□_t = u_t + (u_{t-1} - u_t) ⊙ μ_□             the token shift (μ_□ [D] learned; `token_shift: false`
-                                                   sets x^□ = u)
+    x^□_t = u_t + δ_t ⊙ μ_□,  δ_t = u_{t-1} - u_t   the token shift (μ_□ [D] learned; site `two_token`: δ,
+                                                   zeroing it ablates the shift; `token_shift: false` trains
+                                                   with x^□ = u)
     r, k, v = W_r x^r, W_k x^k, W_v x^v            [B, T, D] each
     c = conv([r; k; v])                            the shared short-conv slot on the 3D channels (site
                                                    `conv_out`); d_conv 0 (the default) removes it
@@ -64,7 +65,7 @@ class RWKV7(DPLRMixer):
     def __init__(self, d_model: int, conv: ConvSpec, options: RWKV7Options, layer_idx: int, max_len: int):
         H = options.n_heads
         super().__init__(d_model, conv, options, layer_idx, max_len, channels=3 * d_model,
-                         heads=(H, d_model // H, d_model // H))
+                         heads=(H, d_model // H, d_model // H), shifts=options.token_shift)
         self.mu = nn.Parameter(torch.zeros(len(SHIFTED), d_model)) if options.token_shift else None
         self.r_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
         self.decay = low_rank(d_model, options.decay_rank, nn.Tanh(), bias=True)
@@ -94,28 +95,28 @@ class RWKV7(DPLRMixer):
         self.decay[-1].bias.copy_(-6 + 6 * (n / max(D - 1, 1)) + 0.5 + 2.5 * zigzag)
         self.icl_rate[-1].bias.copy_(-0.19 + 0.3 * zigzag + 0.4 * ramp)
 
-    def _shifted(self, name: str, u, u_prev):
-        """x^□ = u + (u_{t-1} - u) ⊙ μ_□ for □ = name (u itself without the token shift): [B, T, D]."""
-        return u if self.mu is None else u + (u_prev - u) * self.mu[SHIFTED.index(name)]
+    def _shifted(self, name: str, u, shift):
+        """x^□ = u + δ ⊙ μ_□ for □ = name (u itself without the token shift): [B, T, D]."""
+        return u if self.mu is None else u + shift * self.mu[SHIFTED.index(name)]
 
-    def _project(self, u, u_prev):
+    def _project(self, u, shift):
         projections = zip("rkv", (self.r_proj, self.k_proj, self.v_proj))
-        return torch.cat([proj(self._shifted(name, u, u_prev)) for name, proj in projections], dim=-1)
+        return torch.cat([proj(self._shifted(name, u, shift)) for name, proj in projections], dim=-1)
 
-    def _recurrence(self, c, u, u_prev):
+    def _recurrence(self, c, u, shift):
         heads = (self.n_heads, self.d_k)
         r, k, v = (z.unflatten(-1, heads) for z in c.chunk(3, dim=-1))
-        log_w = (-MAX_LOG_DECAY * torch.sigmoid(self.decay(self._shifted("w", u, u_prev)))).unflatten(-1, heads)
-        a = torch.sigmoid(self.icl_rate(self._shifted("a", u, u_prev))).unflatten(-1, heads)
+        log_w = (-MAX_LOG_DECAY * torch.sigmoid(self.decay(self._shifted("w", u, shift)))).unflatten(-1, heads)
+        a = torch.sigmoid(self.icl_rate(self._shifted("a", u, shift))).unflatten(-1, heads)
         kappa = l2_normalize(k * self.removal.view(heads))  # κ̂
         k_new = k * (1 + (a - 1) * self.replacement.view(heads))  # k̃
         return DPLRInputs(r, k_new, v, log_w, -kappa, a * kappa)
 
-    def _out(self, o, steps, u, u_prev):
+    def _out(self, o, steps, u, shift):
         r, k_new, v = steps.q, steps.k, steps.v
         normed = self.g_norm(o.flatten(-2).flatten(0, -2)).view(o.shape)
         p = normed + (r * self.bonus * k_new).sum(-1, keepdim=True) * v
-        return self.o_proj(p.flatten(-2) * self.gate(self._shifted("g", u, u_prev)))
+        return self.o_proj(p.flatten(-2) * self.gate(self._shifted("g", u, shift)))
 
 
 SPEC = MixerSpec(cls=RWKV7, options=RWKV7Options, default_conv=0, default_mlp=True, default_norm="rmsnorm")
