@@ -3,7 +3,9 @@
 A sweep of W workers on C cores gives each worker C // W threads at most (`threads_per_worker`); a run
 allowed n > 1 threads measures its own training step with 1 and with n threads and keeps the faster
 (`fastest_threads`): at the study's sizes (d = 64, T = 37) a second thread often costs more in
-synchronisation than it gains, and on a shared machine it may not be free at all. The fused numba
+synchronisation than it gains, and on a shared machine it may not be free at all: cores that other processes
+keep busy (the load average beyond this process's own, `free_cores`) are not offered, since a measurement taken
+while they paused would pick threads that then spin (one run seen at 23 core-min instead of 5). The fused numba
 kernels follow torch's thread count (`ops.numba_kernels.use_torch_threads`) and run their serial twins on one
 thread.
 """
@@ -27,6 +29,17 @@ from mecheval.training.optimizer import adamw
 def available_cores() -> int:
     """CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def free_cores(cores: int | None = None) -> int:
+    """Cores (default: this process's) not kept busy by other processes: C minus the 1-minute load average beyond
+    this process's own one, at least 1; C where the platform has no load average."""
+    cores = cores or available_cores()
+    try:
+        others = max(0.0, os.getloadavg()[0] - 1)
+    except (AttributeError, OSError):
+        return cores
+    return max(1, cores - round(others))
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
@@ -76,8 +89,9 @@ def fastest_threads(step: Callable[[], None], max_threads: int, rounds: int = 3,
 
 def use_fastest_threads(cfg: TrainConfig, max_threads: int) -> int:
     """Sets torch to the faster of 1 and `max_threads` threads for training `cfg` (measured, see
-    `fastest_threads` on a throwaway model; none when `max_threads` is 1) and returns it. The global RNG
-    is left as it was."""
+    `fastest_threads` on a throwaway model; none when `max_threads` or the free cores are 1) and returns it.
+    The global RNG is left as it was."""
+    max_threads = min(max_threads, free_cores())
     if max_threads <= 1:
         torch.set_num_threads(1)
         return 1
