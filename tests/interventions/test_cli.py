@@ -140,7 +140,7 @@ def test_an_analysis_the_model_cannot_have_says_so_in_one_line(sweep):
     app.command("other")(lambda: None)
     run = sweep / "runs" / "induction"
     result = CliRunner().invoke(app, ["intervene", str(run), "--n", "32", "--sites", "resid_pre",
-                                      "--analysis", "conv-window,state,two-token"])
+                                      "--analysis", "conv-window,state,two-token,rotary"])
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if "does not apply" in line]
     assert notes == ["induction: the conv-window analysis does not apply: the model has no short convolution (the "
@@ -148,17 +148,21 @@ def test_an_analysis_the_model_cannot_have_says_so_in_one_line(sweep):
                      "induction: the state analysis does not apply: the model has no recurrent state (the analysis "
                      "reads the answer each layer's state carries)",
                      "induction: the two-token analysis does not apply: the model has no two-token term (Mamba-3's "
-                     "trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)"]
+                     "trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)",
+                     "induction: the rotary analysis does not apply: the model has no data-dependent rotation (Mamba-3's "
+                     "rotary B and C: the analysis zeroes its angle steps per layer)"]
     assert (run / "verdict.json").exists() and not (run / "conv_window.parquet").exists()
 
 
-def test_the_two_token_analysis_zeroes_mamba3s_previous_token_term_per_layer(tmp_path, ar_task, monkeypatch):
-    """--analysis two-token on a Mamba-3 (no short conv): accuracy with the term zeroed in no layer, both, and each."""
+def test_the_term_analyses_zero_mamba3s_previous_token_term_and_rotation_per_layer(tmp_path, ar_task, monkeypatch):
+    """--analysis two-token,rotary on a Mamba-3 (no short conv): accuracy with each term zeroed in no layer, both,
+    each, and at the value position alone or everywhere but there; one table per term."""
     run, result = _intervene_untrained(tmp_path, ar_task, monkeypatch, "mamba3", "--n", "32", "--sites", "resid_pre",
-                                       "--analysis", "two-token")
+                                       "--analysis", "two-token,rotary")
     assert result.exit_code == 0, result.output
-    table = pd.read_parquet(run / "two_token.parquet")
-    assert list(table["layers"]) == ["none", "0+1", "0", "1", "0+1@value", "0+1@not value"] and (table["n"] > 0).all()
+    for name in ("two_token.parquet", "rotary.parquet"):
+        table = pd.read_parquet(run / name)
+        assert list(table["layers"]) == ["none", "0+1", "0", "1", "0+1@value", "0+1@not value"] and (table["n"] > 0).all()
 
 
 PAIRS = Path(__file__).parents[2] / "results/cpu/attention-pairs/runs/seed-0"

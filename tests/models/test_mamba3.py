@@ -78,16 +78,18 @@ def test_recurrent_equals_parallel_across_chunks(conv, T):
     assert_recurrent_equals_parallel(make_mixer("mamba3", conv=conv, max_len=150, **OPTIONS), inputs(2, T, 16, T))
 
 
-def test_zeroing_the_two_token_site_drops_the_previous_token_s_term():
-    """The ablation of the two-token term β_t x_{t-1} B_{t-1}^T through the site `two_token`: the mixer then is
+@pytest.mark.parametrize("site", ["two_token", "rotary"])
+def test_zeroing_a_term_s_site_is_the_reference_recurrence_without_it(site):
+    """The ablations through the sites (`interventions.terms`): zeroing `two_token` (β_t x_{t-1}) drops the term
+    β_t x_{t-1} B_{t-1}^T, zeroing `rotary` (the angle steps Δ_t θ_t) the rotation of B and C: the mixer then is
     the reference recurrence without it, and the term matters (the output moves)."""
     m = trained_like(1)
     u = inputs(2, 12, 16, 2).double()
-    m.two_token.name = "two_token"
-    with torch.no_grad(), attach({"two_token": m.two_token}, {"two_token": torch.zeros_like}):
+    getattr(m, site).name = site
+    with torch.no_grad(), attach({site: getattr(m, site)}, {site: torch.zeros_like}):
         ablated = m(u)
     with torch.no_grad():
-        torch.testing.assert_close(ablated, reference_mamba3(m, u, two_token=False), atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(ablated, reference_mamba3(m, u, **{site: False}), atol=1e-10, rtol=1e-10)
         assert (ablated - m(u))[:, 1:].abs().amax(-1).min() > 1e-3  # every position after the first
 
 
@@ -96,9 +98,11 @@ def test_the_two_token_site_of_an_lm_carries_beta_times_the_previous_input():
     assert lm.cfg.d_conv == [0, 0] and "layers.0.conv_out" not in lm.sites()
     tokens = torch.randint(0, 8, (2, 10), generator=torch.Generator().manual_seed(0))
     seen = {}
-    with torch.no_grad(), attach(lm.sites(), {"layers.1.two_token": lambda v: seen.setdefault("v", v)}):
+    with torch.no_grad(), attach(lm.sites(), {"layers.1.two_token": lambda v: seen.setdefault("v", v),
+                                              "layers.1.rotary": lambda v: seen.setdefault("angles", v)}):
         lm(tokens)
     assert seen["v"].shape == (2, 10, 32) and torch.equal(seen["v"][:, 0], torch.zeros(2, 32))  # no token before 0
+    assert seen["angles"].shape == (2, 10, lm.layers[1].mixer.H * lm.layers[1].mixer.N // 2)  # Δ_t θ_t per head
 
 
 def test_rotation_is_relative_and_preserves_norms():

@@ -147,7 +147,7 @@ def expected_sites(cfg) -> list[str]:
         local = ["resid_pre", "mixer_in"] + (["two_token"] if cfg.mixer[i] == "rwkv7" else [])  # its token shift
         local += ["conv_in"] if isinstance(conv, int) and conv > 0 else []
         local += ["conv_out"] if conv != 0 else []
-        local += ["two_token"] if cfg.mixer[i] == "mamba3" else []
+        local += ["rotary", "two_token"] if cfg.mixer[i] == "mamba3" else []
         local += ["state"] if cfg.mixer[i] in STATEFUL else []
         local += ["attn_pattern", "head0"] if cfg.mixer[i] == "attention" else []  # one head by default
         local += ["core_out", "mixer_out", "resid_mid"] + (["mlp_out"] if cfg.mlp[i] else []) + ["resid_post"]

@@ -1,20 +1,22 @@
-"""Mamba-3's question, decided over seeds by intervals: does zeroing its two-token term break retrieval?"""
+"""Mamba-3's question, decided over seeds by intervals: does zeroing one of its own terms break retrieval?"""
 
 import pandas as pd
 import pytest
 
-from mecheval.interventions.two_token import TWO_TOKEN
+from mecheval.interventions.terms import TERMS, TWO_TOKEN
 from mecheval.report.decide import INCONCLUSIVE
-from pages.modern import DOES_NOT, PLAYS, meeting_words, modern_rows, two_token_answer
+from pages.modern import DOES_NOT, PLAYS, meeting_words, modern_rows, term_answer
+
+TWO = TERMS["two-token"]
 
 
-def _run(tmp_path, name, cut, n=512, base=0.99):
-    """A run directory whose two_token.parquet reads `base` unablated and `cut` with the term zeroed everywhere."""
+def _run(tmp_path, name, cut, n=512, base=0.99, file=TWO_TOKEN):
+    """A run directory whose table `file` reads `base` unablated and `cut` with the term zeroed everywhere."""
     run = tmp_path / name
-    run.mkdir()
+    run.mkdir(exist_ok=True)
     rows = [("none", base), ("0+1", cut), ("0", base), ("1", cut), ("0+1@value", cut), ("0+1@not value", base)]
     pd.DataFrame([{"layers": k, "acc": a, "acc_lo": max(a - 0.04, 0), "acc_hi": min(a + 0.04, 1), "n": n}
-                  for k, a in rows]).to_parquet(run / TWO_TOKEN)
+                  for k, a in rows]).to_parquet(run / file)
     return str(run)
 
 
@@ -28,15 +30,15 @@ def _best(tmp_path, cuts, verdicts=None):
                                           ([0.97, 0.99, 0.98], DOES_NOT),  # no seed cares
                                           ([0.02, 0.97, 0.50], INCONCLUSIVE)])  # seeds disagree: the interval spans both
 def test_the_answer_is_decided_by_the_interval_over_seeds(tmp_path, cuts, status):
-    assert two_token_answer(_best(tmp_path, cuts), "mamba3")[0] == status
+    assert term_answer(_best(tmp_path, cuts), "mamba3", TWO)[0] == status
 
 
 def test_seeds_that_did_not_learn_are_not_read_and_none_learned_leaves_the_question_open(tmp_path):
     best = _best(tmp_path, [0.02, 0.95], verdicts=["direct retrieval", "not learned"])
-    status, words = two_token_answer(best, "mamba3")
+    status, words = term_answer(best, "mamba3", TWO)
     assert status == PLAYS and "1 learned seed (0; of 2)" in words
     assert "at the value position alone (where the previous token is the key) it leaves 0.02, everywhere but there 0.99" in words
-    status, words = two_token_answer(best.assign(verdict="not learned"), "mamba3")
+    status, words = term_answer(best.assign(verdict="not learned"), "mamba3", TWO)
     assert status == INCONCLUSIVE and "open" in words
 
 
@@ -45,6 +47,13 @@ def test_where_key_and_value_meet_names_the_ablation_and_its_numbers(tmp_path):
     assert meeting_words(run) == ("two-token term zeroed in layers 0+1: 0.99 → 0.03 (at the value alone → 0.03; "
                                   "everywhere else → 0.99)")
     assert meeting_words(str(tmp_path)) == "–"  # no analysis: nothing claimed
+    both = _run(tmp_path, "both", 0.03)
+    _run(tmp_path, "both", 0.90, file=TERMS["rotary"].file)  # each term's reading, in TERMS' order
+    assert meeting_words(both) == (meeting_words(run) + ", rotation's angle steps zeroed in layers 0+1: 0.99 → 0.90 "
+                                   "(at the value alone → 0.90; everywhere else → 0.99)")
+    status, words = term_answer(pd.DataFrame([{"arch": "mamba3", "seed": 0, "verdict": "direct retrieval",
+                                               "run_dir": both}]), "mamba3", TERMS["rotary"])
+    assert status == DOES_NOT and words.startswith("mamba3: zeroing the rotation's angle steps in every layer")
     summary = pd.DataFrame([{"arch": "mamba3", "optim.lr": 3e-3, "seed_list": "0", "acc_outside": 0.99,
                              "acc_outside_lo": 0.98, "acc_outside_hi": 1.0, "verdicts": "direct retrieval 1"}])
     best = pd.DataFrame([{"arch": "mamba3", "seed": 0, "verdict": "direct retrieval", "run_dir": run}])

@@ -64,6 +64,7 @@ import pandas as pd
 from mecheval.common import atomic_write_text, check_inside, flatten, safe_mkdir
 from mecheval.report import published
 from mecheval.interventions.runs import verdict_is_current
+from mecheval.interventions.terms import TERMS
 from mecheval.report.analyse import (best_runs, conv_evidence_by_run, formation_table, state_table, study_findings,
                                      study_meta, summarise)
 from mecheval.report.build import FORMATION_NOTE
@@ -81,7 +82,7 @@ from mecheval.sweeps.spec import run_overrides
 from mecheval.training.lock import DirLock
 from mecheval.training.run_dir import RunDir
 from pages.markup import md_code, md_text, slug
-from pages.modern import modern_rows, two_token_answer, two_token_archs
+from pages.modern import modern_rows, term_answer, term_archs
 from pages.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
 from pages.rates import bracket_table, committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
 
@@ -604,7 +605,7 @@ def study_section(root: Path, study: Path, page: Path) -> str:
 
 def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
     """The chosen studies read as one (`pooled.pooled_table`: seeds of another study join the same best rate):
-    `modern.modern_rows` and, per architecture with the two-token reading, `modern.two_token_answer`'s sentence."""
+    `modern.modern_rows` and, per term and architecture with its reading, `modern.term_answer`'s sentence."""
     chosen = _chosen(root, "modern", args, page)
     try:
         df = _pool(root, tuple(chosen))
@@ -613,8 +614,8 @@ def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
     best = df[df["best_lr"]]
     out = [f"{', '.join(md_code(s) for s in chosen)}{' read as one' if len(chosen) > 1 else ''}:", "",
            _markdown(modern_rows(summarise(df), best)), ""]
-    for arch in two_token_archs(best):
-        out += [two_token_answer(best, arch)[1], ""]
+    for term in TERMS.values():
+        out += [line for arch in term_archs(best, term) for line in (term_answer(best, arch, term)[1], "")]
     over_training = timeline_table(best, formation_steps(best))
     if not over_training.empty:
         out += ["Over training (the runs kept with snapshots, `timeline.parquet`: the readouts at every kept step on "

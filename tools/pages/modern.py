@@ -1,14 +1,14 @@
 """Today's mixers on AR (the `modern` study): per architecture and short conv, accuracy over seeds, the verdicts'
-shares, where key and value meet, and Mamba-3's question (RWKV-7's too): does the mixer's two-token term play the
-short conv's role?
+shares, where key and value meet, and Mamba-3's question (RWKV-7's too): does one of the mixer's own terms (its
+two-token term, its rotation) play the short conv's role?
 
 Where key and value meet, per learned run (`meeting_words`), each reading the run has:
     short conv   the conv-window cell restoring most and the accuracy with that layer's taps of lag >= 1 zeroed
                  (`findings.conv_evidence`, as for Mamba)
-    two-token    the mixer's previous-token term (Mamba-3's trapezoidal term, RWKV-7's token shift) zeroed in every
-                 layer (`interventions.two_token`), and as its control at the value position alone and everywhere
-                 but there (where the table has them)
-The answer (`two_token_answer`), per architecture with the two-token reading, over its learned seeds: the
+    a term       the mixer's term (`interventions.terms.TERMS`: Mamba-3's two-token term and rotation, RWKV-7's
+                 token shift) zeroed in every layer, and as its control at the value position alone and
+                 everywhere but there (where the table has them)
+The answer (`term_answer`), per term and architecture with its reading, over the learned seeds: the
 multi-bootstrap interval of the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays
 the conv's role (it binds key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads
 Mamba's conv taps.
@@ -20,24 +20,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.interventions.two_token import AT_VALUE, NOT_VALUE, TWO_TOKEN
+from mecheval.interventions.terms import AT_VALUE, NOT_VALUE, TERMS, Term
 from mecheval.interventions.verdict import NOT_LEARNED
 from mecheval.report.analyse import interval_over_seeds
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below
 from mecheval.report.findings import conv_evidence
 from mecheval.store import runs as store_runs
 
-TWO_TOKEN_COLUMNS = ("layers", "acc", "acc_lo", "acc_hi", "n")
+TERM_COLUMNS = ("layers", "acc", "acc_lo", "acc_hi", "n")
 PLAYS, DOES_NOT = "plays the conv's role", "does not play the conv's role"
 
 
-def two_token_read(run_dir: str | Path) -> dict | None:
-    """A run's two_token.parquet: the accuracy unablated and with the term zeroed in every layer (its interval and
-    n); None where the analysis was not run or the model has no two-token term."""
-    path = Path(run_dir) / TWO_TOKEN
+def term_read(run_dir: str | Path, term: Term) -> dict | None:
+    """A run's table of `term` (two_token.parquet, rotary.parquet): the accuracy unablated and with the term zeroed
+    in every layer (its interval and n); None where the analysis was not run or the model has no such term."""
+    path = Path(run_dir) / term.file
     if not path.exists():
         return None
-    table = store_runs.table(path, TWO_TOKEN_COLUMNS).set_index("layers")
+    table = store_runs.table(path, TERM_COLUMNS).set_index("layers")
     if len(table) < 2:
         return None
     whole = [layers for layers in table.index if layers != "none" and "@" not in layers]
@@ -51,24 +51,26 @@ def two_token_read(run_dir: str | Path) -> dict | None:
 
 def meeting_words(run_dir: str) -> str:
     """Where key and value meet in one learned run, in words with its numbers, each analysis the run has (a short
-    conv's, the two-token term's); `–` where none says."""
+    conv's, each term's); `–` where none says."""
     words = []
     conv = conv_evidence(run_dir)
     if conv is not None:
         words.append(f"short conv of layer {conv['layer']} (key+{conv['offset']} restores {conv['attrib']:.2f}; "
                      f"lagged taps zeroed: {conv['acc']:.2f} → {conv['cut_acc']:.2f})")
-    two = two_token_read(run_dir)
-    if two is not None:
-        control = ("" if two["at_value"] is None else
-                   f" (at the value alone → {two['at_value']:.2f}; everywhere else → {two['not_value']:.2f})")
-        words.append(f"two-token term zeroed in layers {two['layers']}: {two['acc']:.2f} → {two['cut_acc']:.2f}{control}")
+    for term in TERMS.values():
+        read = term_read(run_dir, term)
+        if read is not None:
+            control = ("" if read["at_value"] is None else
+                       f" (at the value alone → {read['at_value']:.2f}; everywhere else → {read['not_value']:.2f})")
+            words.append(f"{term.words} zeroed in layers {read['layers']}: {read['acc']:.2f} → "
+                         f"{read['cut_acc']:.2f}{control}")
     return ", ".join(words) or "–"
 
 
-def two_token_archs(best: pd.DataFrame) -> list[str]:
-    """The architectures with a two-token reading in a learned best-learning-rate run (`two_token_answer` reads them)."""
+def term_archs(best: pd.DataFrame, term: Term) -> list[str]:
+    """The architectures with a reading of `term` in a learned best-learning-rate run (`term_answer` reads them)."""
     runs = learned(best)
-    return sorted({r["arch"] for _, r in runs.iterrows() if two_token_read(r["run_dir"]) is not None})
+    return sorted({r["arch"] for _, r in runs.iterrows() if term_read(r["run_dir"], term) is not None})
 
 
 def learned(best: pd.DataFrame) -> pd.DataFrame:
@@ -76,15 +78,15 @@ def learned(best: pd.DataFrame) -> pd.DataFrame:
     return best[best["verdict"].notna() & (best["verdict"] != NOT_LEARNED)]
 
 
-def two_token_answer(best: pd.DataFrame, arch: str) -> tuple[str, str]:
-    """(status, sentence): does `arch`'s two-token term play the short conv's role (module docstring)? Decided over
-    its learned best-learning-rate runs; status PLAYS, DOES_NOT or INCONCLUSIVE."""
+def term_answer(best: pd.DataFrame, arch: str, term: Term) -> tuple[str, str]:
+    """(status, sentence): does `arch`'s `term` play the short conv's role (module docstring)? Decided over its
+    learned best-learning-rate runs; status PLAYS, DOES_NOT or INCONCLUSIVE."""
     runs = best[best["arch"] == arch]
-    reads = [(r["seed"], two_token_read(r["run_dir"])) for _, r in learned(runs).iterrows()]
+    reads = [(r["seed"], term_read(r["run_dir"], term)) for _, r in learned(runs).iterrows()]
     reads = [(seed, read) for seed, read in reads if read is not None]
     if not reads:
-        return INCONCLUSIVE, (f"{arch}: no learned run with the two-token analysis ({len(runs)} run(s) at the best "
-                              "learning rate): the question is open.")
+        return INCONCLUSIVE, (f"{arch}: no learned run with the {term.analysis} analysis ({len(runs)} run(s) at the "
+                              "best learning rate): the question is open.")
     cut = [read["cut_acc"] for _, read in reads]
     lo, hi = interval_over_seeds(pd.DataFrame({  # over seeds and their examples, as every accuracy over seeds is
         "acc_cut": cut, "acc_cut_lo": [r["cut_lo"] for _, r in reads], "acc_cut_hi": [r["cut_hi"] for _, r in reads],
@@ -102,7 +104,7 @@ def two_token_answer(best: pd.DataFrame, arch: str) -> tuple[str, str]:
                f" Zeroed at the value position alone (where the previous token is the key) it leaves "
                f"{sum(r['at_value'] for r in controls) / len(controls):.2f}, everywhere but there "
                f"{sum(r['not_value'] for r in controls) / len(controls):.2f} (means over the {len(controls)} seeds).")
-    return status, (f"{arch}: zeroing the two-token term in every layer takes accuracy from {base:.2f} to "
+    return status, (f"{arch}: zeroing the {term.words} in every layer takes accuracy from {base:.2f} to "
                     f"{mean:.2f} [{lo:.2f}, {hi:.2f}] (multi-bootstrap over seeds and examples) over its {len(reads)} "
                     f"learned seed{'s' if len(reads) > 1 else ''} ({seeds}; of {len(runs)}), below {POOR_ACC:g} in "
                     f"{broken} of them by its own interval: {why}.{control}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 from tqdm import tqdm
@@ -25,7 +25,7 @@ from mecheval.interventions.patching import interchange
 from mecheval.interventions.pointer import pointer_control
 from mecheval.interventions.spec import VERDICT_ROLE, ReadoutSpec
 from mecheval.interventions.state_readout import state_curve, state_sites
-from mecheval.interventions.two_token import two_token_ablation, two_token_sites
+from mecheval.interventions.terms import TERMS, term_ablation, term_sites
 from mecheval.interventions.verdict import (JOINT, ROLES, Accuracy, NothingToRead, Verdict, mechanism, read_point,
                                             shows_attributions)
 from mecheval.models.sites import matches
@@ -35,8 +35,7 @@ STATE_EXAMPLES = 512  # the state readout reads at most the first 512 examples (
 NEEDS = {  # analysis -> (the part of the model it reads, found; the part named where the model lacks it)
     "conv-window": (short_convs, "short convolution (the analysis reads where one binds key and value)"),
     "state": (state_sites, "recurrent state (the analysis reads the answer each layer's state carries)"),
-    "two-token": (two_token_sites, "two-token term (Mamba-3's trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)"),
-}
+} | {name: (lambda lm, term=term: term_sites(lm, term), term.lacks) for name, term in TERMS.items()}
 READ_SETTINGS = {"n_examples": "n", "read_seed": "seed", "split": "split"}  # verdict.json: the examples a readout
 # was asked for, each field by the argument that set it (`read_seed`, not `seed`: a study's table joins verdict fields
 # to the run's config, whose `seed` is the training seed)
@@ -55,7 +54,7 @@ class Readout:
     examples: pd.DataFrame | None = None  # the accuracy per example (single-answer tasks)
     conv_window: pd.DataFrame | None = None  # analysis conv-window (a model with a short conv)
     conv_ablation: pd.DataFrame | None = None  # beside it
-    two_token: pd.DataFrame | None = None  # analysis two-token (Mamba-3's previous-token term)
+    terms: dict[str, pd.DataFrame] = field(default_factory=dict)  # analyses two-token, rotary: `terms.TERMS`
     carriers: pd.DataFrame | None = None  # the full-window readout at the verdict's read point
     pointer: pd.DataFrame | None = None  # the pointer control there (a model that learned, a task with a move)
     state_curve: pd.DataFrame | None = None  # analysis state (a model with a state that learned)
@@ -91,8 +90,8 @@ def compute_readout(
     if "conv-window" in spec.analyses and short_convs(lm):
         window = out["conv_window"] = conv_window(lm, task, outside, corrupt=role, seed=spec.seed)
         out["conv_ablation"] = conv_ablation(lm, outside)
-    if "two-token" in spec.analyses and two_token_sites(lm):
-        out["two_token"] = two_token_ablation(lm, outside)
+    out["terms"] = {name: term_ablation(lm, outside, term) for name, term in TERMS.items()
+                    if name in spec.analyses and term_sites(lm, term)}
     if spec.labelled:
         accuracy = Accuracy(out["accuracy"], task.chance_accuracy)
         out["verdict"], out["carriers"], out["pointer"] = read_with_controls(

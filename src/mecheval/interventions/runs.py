@@ -8,7 +8,7 @@ as values) and writes them with their figures (`write_readout`):
     RUN_DIR/carriers.parquet             the full-window readout at the verdict's read point (`carriers.py`)
     RUN_DIR/accuracy.parquet             accuracy (Wilson 95% interval) per artefact subset and key distance
     RUN_DIR/conv_window.parquet, conv_ablation.parquet, interventions/conv_window.png   (--analysis conv-window)
-    RUN_DIR/two_token.parquet   (--analysis two-token: a mixer's previous-token term zeroed per layer)
+    RUN_DIR/two_token.parquet, rotary.parquet   (--analysis two-token, rotary: a mixer's own term zeroed per layer)
     RUN_DIR/state_curve.parquet, interventions/state_curve.png   (--analysis state, models with a state)
     RUN_DIR/pointer.parquet              the pointer control at the verdict's read point (`pointer.py`)
     RUN_DIR/verdict.json                 the mechanism verdict, its detail, the accuracy it rests on, and which
@@ -36,7 +36,7 @@ from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_pro
 from mecheval.interventions.readout import (PROMPT_FIELDS, READ_SETTINGS, Readout, compute_readout, pointer_at,
                                             print_note, prompts_read, read_settings, read_verdict)
 from mecheval.interventions.spec import VERDICT_ROLE, ReadoutSpec
-from mecheval.interventions.two_token import TWO_TOKEN
+from mecheval.interventions.terms import TERMS
 from mecheval.interventions.verdict import JOINT, LABELS, Accuracy, Verdict
 from mecheval.models.sites import matches
 from mecheval.tasks import chance_accuracy
@@ -59,7 +59,7 @@ def find_runs(path: Path) -> list[Path]:
 
 KEPT = {"conv-window": ("conv_window.parquet", "conv_ablation.parquet", "interventions/conv_window.png"),
         "state": ("state_curve.parquet", "interventions/state_curve.png"),
-        "two-token": (TWO_TOKEN,)}  # an analysis' files, kept until recomputed
+        **{name: (term.file,) for name, term in TERMS.items()}}  # an analysis' files, kept until recomputed
 
 
 @run_locked
@@ -351,8 +351,8 @@ def write_readout(out_dir: Path, readout: Readout) -> None:
         if not readout.conv_window.empty:
             conv_window_heatmap(readout.conv_window, out_dir / "interventions" / "conv_window.png",
                                 title=textwrap.fill(out_dir.name, 48))
-    if readout.two_token is not None:
-        write_table(out_dir, TWO_TOKEN, readout.two_token)
+    for name, table in readout.terms.items():
+        write_table(out_dir, TERMS[name].file, table)
     write_figures(out_dir, readout.interventions)
     for name, table in (("carriers.parquet", readout.carriers), (POINTER, readout.pointer)):
         if table is not None:

@@ -3,7 +3,7 @@ recurrence of `ops.dplr` (S_t = (diag(w_t) + b_t a_t^T) S_{t-1} + k_t v_t^T, o_t
 
     δ_t = u_{t-1} - u_t                [B, T, D]: the token shift's difference (u_{-1} = 0), read only by
                                        RWKV-7's token shift; with `shifts` it passes the site `two_token`
-                                       (zeroing it there ablates the shift: `interventions.two_token`)
+                                       (zeroing it there ablates the shift: `interventions.terms`)
     c = project(u, δ)                  [B, T, C]: the channels the conv slot sees (`_project`)
     c = conv(c)                        the shared short-conv slot over the C channels (site `conv_out`);
                                        d_conv 0 removes it

@@ -127,7 +127,7 @@ class Mamba2(Mixer):
 
     def _add_before_state(self) -> None:
         """Modules between the gates and the state: none here (Mamba-3 adds its B/C norms and biases and its
-        site `two_token`, which must register before `state`: sites register in the order forward visits them)."""
+        sites `rotary` and `two_token`, which must register before `state`: sites register in the order forward visits them)."""
 
     def _split(self, u: torch.Tensor):
         """u [..., D] -> z [..., D_i], the conv's input [x; B; C] [..., D_i + 2N], dt [..., H]."""

@@ -8,7 +8,8 @@ With D_i = expand · D inner channels in H = D_i / P heads of P channels, N = d_
     B_t <- R(φ_t) (RMSNorm(B_t) + b_B),  C_t <- R(φ_t) (RMSNorm(C_t) + b_C)                 [B, T, H, N]
         b_B, b_C [H, N] (init 1); R(φ) rotates the pairs (n, n + N/2) by the angles φ [N/2] (rotary on
         the state dimension), φ_t = Σ_{s<=t} Δ_s θ_s the cumulative data-dependent angle (a complex-valued
-        SSM written as real rotations)
+        SSM written as real rotations; site `rotary`: the steps Δ_t θ_t [B, T, H · N/2], zeroing them
+        ablates the rotation, `interventions.terms`)
 The trapezoidal update (the exponential-trapezoidal discretisation), per head h:
     α_t = exp(Δ_t A_h),  γ_t = λ_t Δ_t,  β_t = (1 − λ_t) Δ_t exp(Δ_t A_h)
     h_t = α_t h_{t-1} + γ_t x_t B_t^T + β_t x_{t-1} B_{t-1}^T        h: [B, H, P, N]  (x_{-1} = 0; site
@@ -17,7 +18,7 @@ The trapezoidal update (the exponential-trapezoidal discretisation), per head h:
     out = W_out RMSNorm(y ⊙ SiLU(z))                                [B, T, D]   (the gated norm)
 The two-token term β_t x_{t-1} B_{t-1}^T writes the previous token into the state again, with the current
 token's gates: the site `two_token` carries β_t x_{t-1} ([B, T, D_i]); zeroing it ablates the term (the
-question whether it plays the short conv's role; `interventions.two_token`). forward runs `ops.ssd.ssd`
+question whether it plays the short conv's role; `interventions.terms`). forward runs `ops.ssd.ssd`
 with a rank-2 input (the current and the previous token); the recurrent view steps h, the previous token's
 x and B, and φ.
 d_conv 0 by default; d_conv k puts the shared conv on [x; B; C] before the norms (no activation), as an
@@ -85,6 +86,7 @@ class Mamba3(Mamba2):
     def _add_before_state(self) -> None:
         self.B_norm, self.C_norm = nn.RMSNorm(self.N, eps=1e-5), nn.RMSNorm(self.N, eps=1e-5)
         self.B_bias, self.C_bias = nn.Parameter(torch.ones(self.H, self.N)), nn.Parameter(torch.ones(self.H, self.N))
+        self.rotary = Site()  # the sites in the order forward visits them
         self.two_token = Site()
 
     def _split(self, u: torch.Tensor):
@@ -112,7 +114,8 @@ class Mamba3(Mamba2):
         if self.conv is not None:
             xbc = self.conv_out(self.conv(xbc))
         x, Bm, Cm, delta, log_alpha, gamma, beta = self._gates(xbc, dt, lam)
-        phi = self._angle_steps(delta, theta).cumsum(1)  # [B, T, H, N/2]
+        steps = self.rotary(self._angle_steps(delta, theta).flatten(-2)).unflatten(-1, theta.shape[-2:])
+        phi = steps.cumsum(1)  # [B, T, H, N/2]
         Bm, Cm = rotate(Bm, phi), rotate(Cm, phi)
         earlier = lambda v: F.pad(v, (0, 0) * (v.dim() - 2) + (1, 0))[:, :-1]  # v_{t-1}, 0 at t = 0
         prev = self.two_token((beta[..., None] * earlier(x)).flatten(-2)).unflatten(-1, (self.H, self.P))

@@ -1,10 +1,12 @@
-"""Mamba-3's two-token ablation table: each row zeroes the `two_token` sites of exactly its layers."""
+"""A term's ablation table (Mamba-3's two-token term and rotation, RWKV-7's token shift): each row zeroes the
+term's sites of exactly its layers."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from mecheval.interventions import two_token
+from mecheval.interventions import terms
 from mecheval.interventions.accuracy import accuracy
 from mecheval.models import ModelConfig, build_model, record
 
@@ -18,19 +20,21 @@ def lm_of(preset: str):
     return lm, task.sample(32, seed=1, split="test")
 
 
-def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch):
-    lm, batch = lm_of("mamba3")
+@pytest.mark.parametrize(("preset", "analysis"), [("mamba3", "two-token"), ("mamba3", "rotary"), ("rwkv7", "two-token")])
+def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch, preset, analysis):
+    lm, batch = lm_of(preset)
+    term = terms.TERMS[analysis]
     lm.train()
     zeroed = {}
 
     def seen_and_accuracy(model, b):  # records the sites after the ablation's hooks have run
-        with record(model.sites(), ["layers.0.two_token", "layers.1.two_token"]) as acts:
+        with record(model.sites(), [f"layers.{i}.{term.site}" for i in (0, 1)]) as acts:
             out = accuracy(model, b)
         zeroed[len(zeroed)] = [(a == 0).all(-1) for a in acts.values()]  # per layer: [B, T], zero at a position
         return out
 
-    monkeypatch.setattr(two_token, "accuracy", seen_and_accuracy)
-    table = two_token.two_token_ablation(lm, batch)
+    monkeypatch.setattr(terms, "accuracy", seen_and_accuracy)
+    table = terms.term_ablation(lm, batch, term)
     assert list(table["layers"]) == ["none", "0+1", "0", "1", "0+1@value", "0+1@not value"]
     whole = [tuple(bool(z.all()) for z in layers) for layers in zeroed.values()]
     assert whole[:4] == [(False, False), (True, True), (True, False), (False, True)]
@@ -43,7 +47,15 @@ def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch):
     assert lm.training  # the mode it came in
 
 
-def test_a_model_without_the_term_has_only_the_unablated_row():
+@pytest.mark.parametrize("analysis", list(terms.TERMS))
+def test_a_model_without_the_term_has_only_the_unablated_row(analysis):
     lm, batch = lm_of("mamba")
-    table = two_token.two_token_ablation(lm, batch)
+    table = terms.term_ablation(lm, batch, terms.TERMS[analysis])
     assert list(table["layers"]) == ["none"] and table["acc"].iloc[0] == accuracy(lm, batch)[0] / 32
+
+
+def test_every_term_is_an_analysis_the_cli_and_studies_accept():
+    from mecheval.interventions.runs import KEPT
+    from mecheval.interventions.spec import ANALYSES
+
+    assert set(terms.TERMS) <= set(ANALYSES) and all(KEPT[name] == (t.file,) for name, t in terms.TERMS.items())

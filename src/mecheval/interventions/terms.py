@@ -1,0 +1,92 @@
+"""A mixer's own token-mixing terms ablated: does one of them play the short conv's role?
+
+Mixers without a short convolution carry one token's information to the next by terms of their own, each
+carried by a site `layers.{i}.<site>` [B, T, D_site] (`TERMS`):
+    two-token   Mamba-3 (`models.mixers.mamba3`): the trapezoidal update writes the previous token into the
+                state again, β_t x_{t-1} B_{t-1}^T; the site `two_token` carries β_t x_{t-1}.
+                RWKV-7 (`models.mixers.rwkv7`): the token shift x^□_t = u_t + δ_t ⊙ μ_□ before each projection;
+                the site `two_token` carries δ_t = u_{t-1} - u_t
+    rotary      Mamba-3: B_t and C_t rotated by the cumulative angle φ_t = Σ_{s<=t} Δ_s θ_s, so that the score
+                C_t · B_s turns with the angle steps between s and t; the site `rotary` carries the steps Δ_t θ_t
+If a term binds a key to its value as Mamba's conv does, zeroing it must break retrieval, as zeroing Mamba's
+conv taps of lag >= 1 does (`conv_window.conv_ablation`, its analogue).
+
+`term_ablation`: accuracy with the term zeroed in each layer alone and in all layers together, and, as the
+control that tells a binding from damage, in all layers at the value position alone (where the previous token is
+the key: a two-token term's one write that binds key to value; for the rotation, the step that sets the value's
+angle apart from the key's) and everywhere but there. If the term binds there, zeroing it at the value alone
+breaks retrieval as zeroing it everywhere does, and zeroing it everywhere else does not. Columns:
+`layers, acc, acc_lo, acc_hi, n`: `layers` is `none` (the unablated model), `0`, `1`, `0+1`, `0+1@value`,
+`0+1@not value` (the position rows only where each example has one value); only `none` for a model without the site.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from mecheval.interventions.accuracy import accuracy
+from mecheval.interventions.metrics import accuracy_interval
+from mecheval.models.lm import LM
+from mecheval.models.sites import attach
+from mecheval.tasks import Batch
+
+
+@dataclass(frozen=True)
+class Term:
+    """One ablatable term: its analysis name (`--analysis`), site kind, table file, and words for notes and pages."""
+
+    analysis: str
+    site: str
+    file: str
+    words: str  # what the pages call it ("two-token term")
+    lacks: str  # the note for a model without it (`readout.inapplicable`)
+
+
+TERMS = {t.analysis: t for t in (
+    Term("two-token", "two_token", "two_token.parquet", "two-token term",
+         "two-token term (Mamba-3's trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)"),
+    Term("rotary", "rotary", "rotary.parquet", "rotation's angle steps",
+         "data-dependent rotation (Mamba-3's rotary B and C: the analysis zeroes its angle steps per layer)"),
+)}
+TWO_TOKEN = TERMS["two-token"].file  # a run's two-token table (`intervene_run`'s `two-token` analysis)
+AT_VALUE, NOT_VALUE = "@value", "@not value"  # the position rows' suffixes
+
+
+def term_sites(lm: LM, term: Term) -> dict[int, str]:
+    """Layer index -> the name of its site for `term` (layers without it are absent)."""
+    return {int(name.split(".")[1]): name for name in lm.sites() if name.endswith("." + term.site)}
+
+
+def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
+    """The ablation table of `term` (module docstring)."""
+    sites = term_sites(lm, term)
+    every = "+".join(map(str, sites))
+    groups = {"none": ([], None)} | ({every: (list(sites.values()), None)} if len(sites) > 1 else {})
+    groups |= {str(i): ([name], None) for i, name in sites.items()}
+    value = batch.roles.get("value")
+    if sites and value is not None and value.dim() == 1:  # one value per example: the position control
+        at = torch.zeros(batch.tokens.shape, dtype=torch.bool)
+        at[torch.arange(len(batch)), value] = True  # [B, T]
+        groups |= {every + AT_VALUE: (list(sites.values()), at), every + NOT_VALUE: (list(sites.values()), ~at)}
+    was_training = lm.training
+    lm.eval()
+    rows = []
+    try:
+        for layers, (names, where) in groups.items():
+            with attach(lm.sites(), {name: _zeroed(where) for name in names}):
+                k, n = accuracy(lm, batch)
+            lo, hi = accuracy_interval(k, n)
+            rows.append({"layers": layers, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
+    finally:
+        lm.train(was_training)
+    return pd.DataFrame(rows)
+
+
+def _zeroed(where: torch.Tensor | None):
+    """The site function zeroing the term everywhere (`where` None) or at the positions `where` [B, T] marks."""
+    if where is None:
+        return torch.zeros_like
+    return lambda x: x.masked_fill(where[..., None].to(x.device), 0.0)  # x [B, T, D_i]
