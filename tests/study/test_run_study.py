@@ -251,3 +251,28 @@ def test_without_training_a_study_reads_the_runs_finished_so_far(tiny_study, tmp
     run_study(TINY, out, workers=1, n_examples=64, quiet=True, train=False)
     assert (unread / "verdict.json").exists() and (out / "report.md").exists()
     assert not (unfinished / "summary.json").exists() and not (unfinished / "verdict.json").exists()
+
+
+def test_a_repatch_leaves_the_analyses_kept_and_keep_alone_is_refused(tiny_study, tmp_path, monkeypatch):
+    """`mecheval relabel STUDY --repatch --keep state,conv-window`: every run patched again with the study's
+    settings but those analyses, whose files stay as they were (how a new analysis joins a study's runs without
+    the state readout's minutes); --keep without --repatch, or an unknown analysis: one line, exit 2."""
+    from typer.testing import CliRunner
+
+    from mecheval.cli import app
+    from mecheval.study import run as study_run
+
+    monkeypatch.setitem(study_run.STUDIES, TINY.name, TINY)
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study[0], out)
+    calls = []
+    monkeypatch.setattr(study_run, "_intervene",
+                        lambda run_dir, study, n, split="test", skip=(): calls.append((run_dir.name, split, skip)))
+    result = CliRunner().invoke(app, ["relabel", str(out), "--repatch", "--keep", "state,conv-window"])
+    assert result.exit_code == 0, result.output
+    runs = sorted(p.parent.name for p in out.glob("runs/*/interventions.parquet"))
+    assert calls == [(name, "test", ("state", "conv-window")) for name in runs] and runs
+    for args, words in ((["--keep", "state"], "--keep goes with --repatch"),
+                        (["--repatch", "--keep", "states"], "unknown analyses ['states']")):
+        refused = CliRunner().invoke(app, ["relabel", str(out), *args])
+        assert refused.exit_code == 2 and words in refused.output

@@ -138,12 +138,12 @@ def run_study(
 RECHECK_KEEPS = ("state",)  # analyses a recheck's re-patch leaves as they were (the state readout: minutes per ATR run)
 
 
-def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False) -> Report:
+def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False, keep: tuple[str, ...] = ()) -> Report:
     """Every intervened run of the study in `out` decided anew by the current verdict rules from its tables
     (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained
     or re-patched. repatch: instead run every intervened run's interventions again with the study's settings
     and the current code (tables, artefact control, full-window readout, verdict; the weights are loaded,
-    nothing is trained; readouts over training are left as they are). recheck: the weights loaded for the
+    nothing is trained; readouts over training are left as they are; the analyses in `keep` left as they were). recheck: the weights loaded for the
     controls the tables lack (`recheck_run`: the pointer control, which prompts were seen in training), the
     runs whose readouts read prompts seen in training patched again on unseen ones (their state readouts, which
     no verdict reads, kept: RECHECK_KEEPS). Runs intervened before
@@ -156,7 +156,7 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False)
             readouts = _readout_dir(run_dir, split)
             if (readouts / "interventions.parquet").exists():
                 if repatch:
-                    _intervene(run_dir, study, meta["n_examples"], split)
+                    _intervene(run_dir, study, meta["n_examples"], split, skip=keep)
                 elif recheck and not recheck_run(readouts, run_dir, study.readout(meta["n_examples"], split)):
                     _intervene(run_dir, study, meta["n_examples"], split, skip=RECHECK_KEEPS)
                 elif not recheck:
