@@ -35,14 +35,17 @@ def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch, preset, analys
 
     monkeypatch.setattr(terms, "accuracy", seen_and_accuracy)
     table = terms.term_ablation(lm, batch, term)
-    assert list(table["layers"]) == ["none", "0+1", "0", "1", "0+1@value", "0+1@not value"]
+    roles = [role for role, pos in batch.roles.items() if pos.dim() == 1]
+    assert roles[:2] == ["key", "value"] and "query" in roles
+    assert list(table["layers"]) == ["none", "0+1", "0", "1", *(f"0+1@{w}{r}" for r in roles for w in ("", "not "))]
     whole = [tuple(bool(z.all()) for z in layers) for layers in zeroed.values()]
     assert whole[:4] == [(False, False), (True, True), (True, False), (False, True)]
-    at_value = torch.zeros_like(zeroed[0][0])
-    at_value[torch.arange(len(batch)), batch.roles["value"]] = True
-    for layer in (0, 1):  # the control: zeroed exactly at each example's value position, then exactly elsewhere
-        assert torch.equal(zeroed[4][layer], at_value | zeroed[0][layer])  # (a position the model left 0 anyway)
-        assert torch.equal(zeroed[5][layer], ~at_value | zeroed[0][layer])
+    for i, role in enumerate(roles):  # the controls: zeroed exactly at each example's position of the role, then
+        at = torch.zeros_like(zeroed[0][0])  # exactly elsewhere (or where the model left the term 0 anyway)
+        at[torch.arange(len(batch)), batch.roles[role]] = True
+        for layer in (0, 1):
+            assert torch.equal(zeroed[4 + 2 * i][layer], at | zeroed[0][layer])
+            assert torch.equal(zeroed[5 + 2 * i][layer], ~at | zeroed[0][layer])
     assert (table["n"] == 32).all() and table["acc"].between(0, 1).all() and (table["acc_lo"] <= table["acc"]).all()
     assert lm.training  # the mode it came in
 

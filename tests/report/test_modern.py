@@ -37,20 +37,28 @@ def test_seeds_that_did_not_learn_are_not_read_and_none_learned_leaves_the_quest
     best = _best(tmp_path, [0.02, 0.95], verdicts=["direct retrieval", "not learned"])
     status, words = term_answer(best, "mamba3", TWO)
     assert status == PLAYS and "1 learned seed (0; of 2)" in words
-    assert "at the value position alone (where the previous token is the key) it leaves 0.02, everywhere but there 0.99" in words
+    assert "On average over the 1 seed (at one position alone: value 0.02; everywhere but the value → 0.99)." in words
     status, words = term_answer(best.assign(verdict="not learned"), "mamba3", TWO)
     assert status == INCONCLUSIVE and "open" in words
 
 
 def test_where_key_and_value_meet_names_the_ablation_and_its_numbers(tmp_path):
     run = _run(tmp_path, "r", 0.03)
-    assert meeting_words(run) == ("two-token term zeroed in layers 0+1: 0.99 → 0.03 (at the value alone → 0.03; "
-                                  "everywhere else → 0.99)")
+    assert meeting_words(run) == ("two-token term zeroed in layers 0+1: 0.99 → 0.03 (at one position alone: value "
+                                  "0.03; everywhere but the value → 0.99)")
     assert meeting_words(str(tmp_path)) == "–"  # no analysis: nothing claimed
     both = _run(tmp_path, "both", 0.03)
     _run(tmp_path, "both", 0.90, file=TERMS["rotary"].file)  # each term's reading, in TERMS' order
     assert meeting_words(both) == (meeting_words(run) + ", rotation's angle steps zeroed in layers 0+1: 0.99 → 0.90 "
-                                   "(at the value alone → 0.90; everywhere else → 0.99)")
+                                   "(at one position alone: value 0.90; everywhere but the value → 0.99)")
+    roles = tmp_path / "roles"  # a table of every role's position (the rotation read as the analysis reads it now)
+    roles.mkdir()
+    rows = [("none", 0.88), ("0+1", 0.11), ("0+1@key", 0.23), ("0+1@not key", 0.25), ("0+1@value", 0.87),
+            ("0+1@not value", 0.07), ("0+1@query", 0.46), ("0+1@not query", 0.27)]
+    pd.DataFrame([{"layers": k, "acc": a, "acc_lo": a, "acc_hi": a, "n": 385} for k, a in rows]).to_parquet(
+        roles / TERMS["rotary"].file)
+    assert meeting_words(str(roles)) == ("rotation's angle steps zeroed in layers 0+1: 0.88 → 0.11 (at one position "
+                                         "alone: key 0.23, value 0.87, query 0.46; everywhere but the key → 0.25)")
     status, words = term_answer(pd.DataFrame([{"arch": "mamba3", "seed": 0, "verdict": "direct retrieval",
                                                "run_dir": both}]), "mamba3", TERMS["rotary"])
     assert status == DOES_NOT and words.startswith("mamba3: zeroing the rotation's angle steps in every layer")
@@ -76,7 +84,7 @@ def test_the_modern_block_reads_the_committed_mamba3_study_and_answers_from_it(t
     block = generate(tmp_path)[Path("docs/p.md")]
     assert "| mamba3 (d_conv 4) | 0.003 | 0, 1, 2 |" in block and "| mamba3 | 0.003 |" in block
     assert "mamba3: zeroing the two-token term in every layer takes accuracy from" in block
-    assert "at the value alone →" in block and "short conv of layer 1" in block
+    assert "at one position alone: value" in block and "short conv of layer 1" in block
     # with a conv, both readings of a seed side by side, and the answer for that variant too (its runs have both)
     assert "lagged taps zeroed: " in block and "), two-token term zeroed in layers 0+1" in block
     assert "mamba3 (d_conv 4): zeroing the two-token term in every layer" in block

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.interventions.terms import AT_VALUE, NOT_VALUE, TERMS, Term
+from mecheval.interventions.terms import AT, NOT, TERMS, Term
 from mecheval.interventions.verdict import NOT_LEARNED
 from mecheval.report.analyse import interval_over_seeds
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below
@@ -33,7 +33,10 @@ PLAYS, DOES_NOT = "plays the conv's role", "does not play the conv's role"
 
 def term_read(run_dir: str | Path, term: Term) -> dict | None:
     """A run's table of `term` (two_token.parquet, rotary.parquet): the accuracy unablated and with the term zeroed
-    in every layer (its interval and n); None where the analysis was not run or the model has no such term."""
+    in every layer (its interval and n), and the position controls: `alone` {role: accuracy with the term zeroed
+    at that role's position alone}, `elsewhere` {role: everywhere but there}, in the table's order (tables
+    written before every role was read have the value's only); None where the analysis was not run or the model
+    has no such term."""
     path = Path(run_dir) / term.file
     if not path.exists():
         return None
@@ -43,10 +46,21 @@ def term_read(run_dir: str | Path, term: Term) -> dict | None:
     whole = [layers for layers in table.index if layers != "none" and "@" not in layers]
     every = max(whole, key=lambda layers: layers.count("+"))  # "0+1": all layers at once
     cut = table.loc[every]
-    control = {key: float(table.loc[every + suffix, "acc"]) if every + suffix in table.index else None
-               for key, suffix in (("at_value", AT_VALUE), ("not_value", NOT_VALUE))}
+    positions = {kind: {layers.removeprefix(every + prefix): float(table.loc[layers, "acc"]) for layers in table.index
+                        if layers.startswith(every + prefix) and (kind == "elsewhere") == layers.startswith(every + NOT)}
+                 for kind, prefix in (("alone", AT), ("elsewhere", NOT))}
     return {"acc": float(table.loc["none", "acc"]), "cut_acc": float(cut["acc"]), "cut_lo": float(cut["acc_lo"]),
-            "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every, **control}
+            "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every, **positions}
+
+
+def positions_words(alone: dict[str, float], elsewhere: dict[str, float]) -> str:
+    """The position controls in words: the accuracy with the term zeroed at each role's position alone, and
+    everywhere but the role where that hurts most; `` where none was read."""
+    if not alone:
+        return ""
+    worst = min(alone, key=alone.get)
+    rest = f"; everywhere but the {worst} → {elsewhere[worst]:.2f}" if worst in elsewhere else ""
+    return f" (at one position alone: {', '.join(f'{role} {acc:.2f}' for role, acc in alone.items())}{rest})"
 
 
 def meeting_words(run_dir: str) -> str:
@@ -60,10 +74,8 @@ def meeting_words(run_dir: str) -> str:
     for term in TERMS.values():
         read = term_read(run_dir, term)
         if read is not None:
-            control = ("" if read["at_value"] is None else
-                       f" (at the value alone → {read['at_value']:.2f}; everywhere else → {read['not_value']:.2f})")
             words.append(f"{term.words} zeroed in layers {read['layers']}: {read['acc']:.2f} → "
-                         f"{read['cut_acc']:.2f}{control}")
+                         f"{read['cut_acc']:.2f}{positions_words(read['alone'], read['elsewhere'])}")
     return ", ".join(words) or "–"
 
 
@@ -99,11 +111,11 @@ def term_answer(best: pd.DataFrame, arch: str, term: Term) -> tuple[str, str]:
            DOES_NOT: f"the term **{DOES_NOT}** (the interval lies at or above {HIGH_ACC:g})",
            INCONCLUSIVE: f"**{INCONCLUSIVE}**: the interval spans {POOR_ACC:g} or {HIGH_ACC:g} (below {POOR_ACC:g} the "
                          f"term plays the conv's role, at or above {HIGH_ACC:g} it does not)"}[status]
-    controls = [r for _, r in reads if r["at_value"] is not None]
-    control = ("" if not controls else
-               f" Zeroed at the value position alone (where the previous token is the key) it leaves "
-               f"{sum(r['at_value'] for r in controls) / len(controls):.2f}, everywhere but there "
-               f"{sum(r['not_value'] for r in controls) / len(controls):.2f} (means over the {len(controls)} seeds).")
+    roles = [role for role in reads[0][1]["alone"] if all(role in r["alone"] and role in r["elsewhere"] for _, r in reads)]
+    mean_of = lambda kind: {role: sum(r[kind][role] for _, r in reads) / len(reads) for role in roles}  # noqa: E731
+    control = ("" if not roles else
+               f" On average over the {len(reads)} seed{'s' if len(reads) > 1 else ''}"
+               f"{positions_words(mean_of('alone'), mean_of('elsewhere'))}.")
     return status, (f"{arch}: zeroing the {term.words} in every layer takes accuracy from {base:.2f} to "
                     f"{mean:.2f} [{lo:.2f}, {hi:.2f}] (multi-bootstrap over seeds and examples) over its {len(reads)} "
                     f"learned seed{'s' if len(reads) > 1 else ''} ({seeds}; of {len(runs)}), below {POOR_ACC:g} in "

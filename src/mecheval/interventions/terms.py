@@ -12,12 +12,14 @@ If a term binds a key to its value as Mamba's conv does, zeroing it must break r
 conv taps of lag >= 1 does (`conv_window.conv_ablation`, its analogue).
 
 `term_ablation`: accuracy with the term zeroed in each layer alone and in all layers together, and, as the
-control that tells a binding from damage, in all layers at the value position alone (where the previous token is
-the key: a two-token term's one write that binds key to value; for the rotation, the step that sets the value's
-angle apart from the key's) and everywhere but there. If the term binds there, zeroing it at the value alone
-breaks retrieval as zeroing it everywhere does, and zeroing it everywhere else does not. Columns:
-`layers, acc, acc_lo, acc_hi, n`: `layers` is `none` (the unablated model), `0`, `1`, `0+1`, `0+1@value`,
-`0+1@not value` (the position rows only where each example has one value); only `none` for a model without the site.
+control that tells a binding from damage, in all layers at one role's position alone and everywhere but there, for
+each role with one position per example (AR: key, value, sep, query). If the term binds key and value at one
+position, zeroing it there alone breaks retrieval as zeroing it everywhere does, and zeroing it everywhere else
+does not: for a two-token term that is the value's position (where the previous token is the key: the one write
+that binds them); for the rotation, the key's step (the angle that sets the key apart from the token before it,
+as a later position sees them). Columns: `layers, acc, acc_lo, acc_hi, n`: `layers` is `none` (the unablated
+model), `0`, `1`, `0+1`, then `0+1@key`, `0+1@not key`, `0+1@value`, ... per role; only `none` for a model
+without the site.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ TERMS = {t.analysis: t for t in (
          "data-dependent rotation (Mamba-3's rotary B and C: the analysis zeroes its angle steps per layer)"),
 )}
 TWO_TOKEN = TERMS["two-token"].file  # a run's two-token table (`intervene_run`'s `two-token` analysis)
-AT_VALUE, NOT_VALUE = "@value", "@not value"  # the position rows' suffixes
+AT, NOT = "@", "@not "  # the position rows' suffixes: `0+1@key`, `0+1@not key`
 
 
 def term_sites(lm: LM, term: Term) -> dict[int, str]:
@@ -66,11 +68,11 @@ def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
     every = "+".join(map(str, sites))
     groups = {"none": ([], None)} | ({every: (list(sites.values()), None)} if len(sites) > 1 else {})
     groups |= {str(i): ([name], None) for i, name in sites.items()}
-    value = batch.roles.get("value")
-    if sites and value is not None and value.dim() == 1:  # one value per example: the position control
-        at = torch.zeros(batch.tokens.shape, dtype=torch.bool)
-        at[torch.arange(len(batch)), value] = True  # [B, T]
-        groups |= {every + AT_VALUE: (list(sites.values()), at), every + NOT_VALUE: (list(sites.values()), ~at)}
+    for role, pos in batch.roles.items() if sites else ():
+        if pos.dim() == 1:  # one position per example: the position control
+            at = torch.zeros(batch.tokens.shape, dtype=torch.bool)
+            at[torch.arange(len(batch)), pos] = True  # [B, T]
+            groups |= {every + AT + role: (list(sites.values()), at), every + NOT + role: (list(sites.values()), ~at)}
     was_training = lm.training
     lm.eval()
     rows = []
