@@ -22,8 +22,7 @@ import pandas as pd
 
 from mecheval.interventions.terms import AT, NOT, TERMS, Term
 from mecheval.interventions.verdict import NOT_LEARNED
-from mecheval.report.analyse import interval_over_seeds
-from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below
+from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below, interval_over_seeds
 from mecheval.report.findings import conv_evidence
 from mecheval.store import runs as store_runs
 

@@ -14,7 +14,7 @@ from mecheval.interventions.accuracy import ACCURACY_COLUMNS
 from mecheval.interventions.state_readout import COLUMNS as STATE_COLUMNS, state_summary
 from mecheval.interventions.verdict import shows_attributions
 from mecheval.report.compare import published_accuracy, published_heldout, published_verdict
-from mecheval.report.decide import compare_accuracy, compare_labels, multi_bootstrap
+from mecheval.report.decide import compare_accuracy, compare_labels, interval_over_seeds
 from mecheval.report.findings import FINDINGS, Outcome, checked, conv_evidence, seed_pairs
 from mecheval.report.fit import fit_table
 from mecheval.report.overview import GRAMMAR, with_interval
@@ -108,28 +108,6 @@ def _mode(values: pd.Series):
     decided = values[values != "inconclusive"].dropna()
     counts = (decided if len(decided) else values.dropna()).value_counts()
     return None if counts.empty else sorted(counts[counts == counts.max()].index)[0]
-
-
-def _examples_of(col: str) -> str:
-    """The column counting the examples behind an accuracy column: `acc_outside` -> `n_outside`,
-    `heldout.acc_all` -> `heldout.n_all`."""
-    split, _, name = col.rpartition(".")
-    return (f"{split}." if split else "") + name.replace("acc_", "n_", 1)
-
-
-def interval_over_seeds(group: pd.DataFrame, col: str) -> tuple[float, float]:
-    """95% interval of `col` for one (architecture, width, lr): over seeds where there are several, the
-    multi-bootstrap's (`decide.multi_bootstrap`: seeds and, within each, its examples resampled; an accuracy's
-    examples from its count, an attribution's from its own interval), else the run's own (Wilson for
-    accuracy, bootstrap for attributions)."""
-    rows = group[group[col].notna()]
-    lo, hi, n = (rows[c].astype(float).tolist() if c in rows else [float("nan")] * len(rows)
-                 for c in (f"{col}_lo", f"{col}_hi", _examples_of(col)))
-    accuracy = col.startswith(("acc", "heldout.acc"))
-    if len(rows) >= 2:
-        lo_, hi_ = multi_bootstrap(rows[col].astype(float).tolist(), lo, hi, n if accuracy else None)  # an accuracy's
-        return (max(lo_, 0.0), min(hi_, 1.0)) if accuracy else (lo_, hi_)  # examples from their count where known
-    return (lo[0], hi[0]) if len(rows) == 1 else (float("nan"), float("nan"))
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:

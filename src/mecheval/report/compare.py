@@ -7,7 +7,7 @@ import pandas as pd
 
 from mecheval.interventions.metrics import accuracy_interval
 from mecheval.report import published
-from mecheval.report.decide import multi_bootstrap, published_interval
+from mecheval.report.decide import interval_over_seeds, published_interval
 from mecheval.report.overview import GRAMMAR, with_interval
 
 TEST_N = "eval.size"  # the test examples behind a run's final test accuracy `acc`
@@ -33,11 +33,9 @@ def final_test_accuracy(runs: pd.DataFrame) -> tuple[float, float, float]:
     if runs.empty:
         return float("nan"), float("nan"), float("nan")
     accs, ns = runs["acc"].astype(float).tolist(), runs[TEST_N].astype(int).tolist()
-    bounds = [accuracy_interval(round(a * n), n) for a, n in zip(accs, ns)]
-    mean = sum(accs) / len(accs)
-    if len(runs) == 1:
-        return mean, *bounds[0]
-    return mean, *multi_bootstrap(accs, [b[0] for b in bounds], [b[1] for b in bounds], ns)
+    lo, hi = zip(*(accuracy_interval(round(a * n), n) for a, n in zip(accs, ns)))
+    frame = pd.DataFrame({"acc_test": accs, "acc_test_lo": lo, "acc_test_hi": hi, "n_test": ns})
+    return sum(accs) / len(accs), *interval_over_seeds(frame, "acc_test")
 
 
 def published_accuracy(task: str, grammar: str | None, arch: str, conv: int | str | None, width: int,

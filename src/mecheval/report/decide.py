@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterable
 
 import numpy as np
+import pandas as pd
 
 from mecheval.intervals import above, all_of, negate
 from mecheval.intervals import missing as _missing
@@ -133,3 +134,25 @@ def multi_bootstrap(points: list[float], los: list[float], his: list[float], ns:
     alpha = (1 - level) / 2
     q_lo, q_hi = np.quantile(means, [alpha, 1 - alpha])
     return float(q_lo), float(q_hi)
+
+
+def _examples_of(col: str) -> str:
+    """The column counting the examples behind an accuracy column: `acc_outside` -> `n_outside`,
+    `heldout.acc_all` -> `heldout.n_all`."""
+    split, _, name = col.rpartition(".")
+    return (f"{split}." if split else "") + name.replace("acc_", "n_", 1)
+
+
+def interval_over_seeds(group: pd.DataFrame, col: str) -> tuple[float, float]:
+    """95% interval of `col` for one (architecture, width, lr): over seeds where there are several, the
+    multi-bootstrap's (`decide.multi_bootstrap`: seeds and, within each, its examples resampled; an accuracy's
+    examples from its count, an attribution's from its own interval), else the run's own (Wilson for
+    accuracy, bootstrap for attributions)."""
+    rows = group[group[col].notna()]
+    lo, hi, n = (rows[c].astype(float).tolist() if c in rows else [float("nan")] * len(rows)
+                 for c in (f"{col}_lo", f"{col}_hi", _examples_of(col)))
+    accuracy = col.startswith(("acc", "heldout.acc"))
+    if len(rows) >= 2:
+        lo_, hi_ = multi_bootstrap(rows[col].astype(float).tolist(), lo, hi, n if accuracy else None)  # an accuracy's
+        return (max(lo_, 0.0), min(hi_, 1.0)) if accuracy else (lo_, hi_)  # examples from their count where known
+    return (lo[0], hi[0]) if len(rows) == 1 else (float("nan"), float("nan"))
