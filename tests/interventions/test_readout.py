@@ -65,3 +65,17 @@ def test_a_run_read_into_another_directory_is_held_by_a_readers_lock(tmp_path):
     with DirLock(run, "run directory"), pytest.raises(LockedError, match="in use by pid"):
         intervene_run(run, spec, out=tmp_path / "b")
     assert not (tmp_path / "b" / "verdict.json").exists()
+
+
+def test_a_readout_that_keeps_an_analysis_keeps_its_figure_drawn_from_the_kept_table(tmp_path):
+    """A committed run keeps its tables, not its per-run PNGs; read again without its conv-window and state
+    analyses (`relabel --repatch --keep state,conv-window`), their figures are drawn again from the kept tables
+    (the study report shows them), the tables untouched."""
+    import shutil
+
+    run = shutil.copytree(QUICK_MAMBA, tmp_path / "run", ignore=shutil.ignore_patterns(".lock", "*.png"))
+    tables = {name: (run / name).read_bytes() for name in ("state_curve.parquet", "conv_window.parquet")}
+    intervene_run(run, ReadoutSpec(n=64, sites=["resid_pre"]), replace=True)
+    for figure in ("state_curve.png", "conv_window.png"):
+        assert (run / "interventions" / figure).stat().st_size > 1000
+    assert {name: (run / name).read_bytes() for name in tables} == tables

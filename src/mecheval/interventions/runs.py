@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.common import (NUMBER, ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_mkdir,
-                             safe_unlink)
+from mecheval.common import (NUMBER, ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, read_table,
+                             safe_mkdir, safe_unlink)
 from mecheval.errors import MechevalError
 from mecheval.interventions.accuracy import EXAMPLES, accuracy_fields, correct_answers, example_ids, example_table
 from mecheval.interventions.artefact import subsets
@@ -361,6 +361,7 @@ def write_readout(out_dir: Path, readout: Readout) -> None:
             safe_unlink(out_dir / name, out_dir)
     if readout.state_curve is not None:
         write_state_readout(out_dir, readout.state_curve, spec.analysed_role, readout.state_n)
+    redraw_kept_figures(out_dir, kept)
     if readout.verdict is not None:
         write_verdict(out_dir, readout.verdict, spec.min_effect, prompts=readout.prompts)
 
@@ -377,6 +378,25 @@ def write_figures(out_dir: Path, df: pd.DataFrame) -> None:
     for r, part in shown.groupby("corrupt", sort=False):
         title = f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {r}, {shown_subset} (n = {int(part['n'].iloc[0])})"
         layer_profile(part, out_dir / "interventions" / f"{r}_profile.png", title=title)
+
+
+def redraw_kept_figures(out_dir: Path, kept: set[str]) -> None:
+    """The figure of each kept analysis drawn again from its kept table where the figure is missing (a committed
+    run keeps its tables, not its per-run PNGs: a repatch that keeps the state readout must not lose its figure)."""
+    title = textwrap.fill(out_dir.name, 48)
+    figures = {"interventions/state_curve.png": ("state_curve.parquet", ("corrupt", "n")),
+               "interventions/conv_window.png": ("conv_window.parquet", ())}
+    for figure, (name, columns) in figures.items():
+        if figure not in kept or (out_dir / figure).exists() or not (out_dir / name).exists():
+            continue
+        table = read_table(out_dir / name, columns)
+        if table.empty:
+            continue
+        if name == "state_curve.parquet":
+            state_curve_plot(table, out_dir / figure,
+                             title=f"{title}\ncorrupt {table['corrupt'].iloc[0]}, n = {int(table['n'].max())}")
+        else:
+            conv_window_heatmap(table, out_dir / figure, title=title)
 
 
 def write_state_readout(out_dir: Path, curve: pd.DataFrame, corrupt: str, n: int) -> None:
