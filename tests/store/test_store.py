@@ -93,3 +93,15 @@ def test_every_committed_run_json_is_its_config_s_identity():
     stale = [str(p.parent) for p in recorded
              if dataclasses.replace(identity.recorded(p.parent), group=None) != identity.derive(flatten(runs.config(p.parent)))]
     assert recorded and not stale
+
+
+def test_a_committed_run_without_weights_did_not_learn_and_keeps_their_digest():
+    """The commit rule (docs/development.md): of the runs with a readout, only those that did not learn may come
+    without model.safetensors, and each keeps the digest `mecheval reproduce --restore` checks against."""
+    import json
+
+    read = sorted((QUICK.parents[2] / "results").glob("*/*/runs/*/verdict.json"))
+    without = [p.parent for p in read if not (p.parent / "model.safetensors").exists()]
+    wrong = [str(run) for run in without if json.loads((run / "verdict.json").read_text())["verdict"] != "not learned"
+             or len(json.loads((run / "summary.json").read_text()).get("weights_sha256", "")) != 64]
+    assert read and not wrong

@@ -276,3 +276,20 @@ def test_a_repatch_leaves_the_analyses_kept_and_keep_alone_is_refused(tiny_study
                         (["--repatch", "--keep", "states"], "unknown analyses ['states']")):
         refused = CliRunner().invoke(app, ["relabel", str(out), *args])
         assert refused.exit_code == 2 and words in refused.output
+
+
+def test_a_run_committed_without_weights_is_decided_from_its_tables_on_a_repatch(tiny_study, tmp_path, monkeypatch, capsys):
+    """A repatch or recheck loads weights; a run committed without them (one that did not learn) is decided anew
+    from its tables instead and named in one line, the others patched as asked."""
+    from mecheval.study import run as study_run
+
+    monkeypatch.setitem(study_run.STUDIES, TINY.name, TINY)
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study[0], out)
+    runs = sorted(p.parent for p in out.glob("runs/*/interventions.parquet"))
+    (runs[0] / "model.safetensors").unlink()
+    patched = []
+    monkeypatch.setattr(study_run, "_intervene", lambda run_dir, *a, **k: patched.append(run_dir))
+    study_run.relabel_study(out, repatch=True)
+    assert patched == runs[1:] and len(runs) > 1
+    assert f"{runs[0].name}: decided from its tables (committed without its weights" in capsys.readouterr().err

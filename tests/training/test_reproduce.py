@@ -56,3 +56,28 @@ def test_a_run_with_nothing_to_compare_is_one_clear_error(run):
     (run / SUMMARY).unlink()
     with pytest.raises(ValueError, match="not a finished run"):
         reproduce(run)
+
+
+def test_a_run_that_did_not_learn_lands_without_weights_and_restore_brings_them_back(run):
+    """The commit rule: `tools/landing/drop_unlearned_weights.py` drops the weights of a run whose verdict is `not
+    learned` (only where summary.json keeps their digest); loading it then says how to get them back, and
+    `mecheval reproduce RUN --restore` retrains it and writes weights with that digest; a learned run keeps its
+    weights, and a digest that does not match keeps them too."""
+    from landing.drop_unlearned_weights import main as drop_unlearned
+
+    from mecheval import load_run
+
+    original = weights_digest(load_file(run / MODEL))
+    (run / "verdict.json").write_text(json.dumps({"verdict": "direct retrieval"}))
+    assert drop_unlearned([str(run.parent)]) == 0 and (run / MODEL).exists()  # learned: kept
+    (run / "verdict.json").write_text(json.dumps({"verdict": "not learned"}))
+    summary = json.loads((run / SUMMARY).read_text())
+    (run / SUMMARY).write_text(json.dumps(summary | {"weights_sha256": "0" * 64}))
+    assert drop_unlearned([str(run.parent)]) == 1 and (run / MODEL).exists()  # its digest does not vouch for them
+    (run / SUMMARY).write_text(json.dumps(summary))
+    assert drop_unlearned([str(run.parent)]) == 0 and not (run / MODEL).exists()
+    with pytest.raises(FileNotFoundError, match="--restore"):
+        load_run(run)
+    result = CliRunner().invoke(app, ["reproduce", str(run), "--restore"])
+    assert result.exit_code == 0 and "its weights restored" in result.output
+    assert weights_digest(load_file(run / MODEL)) == original and load_run(run)[0] is not None

@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=example("mecheval reproduce results/cpu/quick-main/runs/preset-attention_lr-0.003_seed-0_steps-3000"))
     def reproduce(
         run_dirs: Annotated[list[Path], typer.Argument(help="Finished run directories.", exists=True, file_okay=False)],
+        restore: Annotated[bool, typer.Option("--restore", help="Write the retrained weights into a run committed without them (a run that did not learn), once they match its digest.")] = False,
     ) -> None:
         """Retrain each run in a scratch directory with the threads it trained with and compare the final weights
         with its model.safetensors, tensor by tensor (or with the digest its summary.json keeps); the run's
@@ -23,7 +24,7 @@ def register(app: typer.Typer) -> None:
         failed = 0
         for run_dir in run_dirs:
             try:
-                outcome = retrain(run_dir)
+                outcome = retrain(run_dir, restore=restore)
             except ValueError as e:
                 typer.echo(f"error: {e}", err=True)
                 raise typer.Exit(2) from None

@@ -146,7 +146,8 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False,
     nothing is trained; readouts over training are left as they are; the analyses in `keep` left as they were). recheck: the weights loaded for the
     controls the tables lack (`recheck_run`: the pointer control, which prompts were seen in training), the
     runs whose readouts read prompts seen in training patched again on unseen ones (their state readouts, which
-    no verdict reads, kept: RECHECK_KEEPS). Runs intervened before
+    no verdict reads, kept: RECHECK_KEEPS). A run committed without its weights (one that did not learn) is decided
+    anew from its tables either way, and says so. Runs intervened before
     per-example tables existed get their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
     meta = read_json_object(out / studies.STUDY_JSON, {"preset": str, "n_examples": int})
@@ -155,13 +156,17 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False,
         for split in ("test", *study.splits):
             readouts = _readout_dir(run_dir, split)
             if (readouts / "interventions.parquet").exists():
-                if repatch:
+                if (repatch or recheck) and not RunDir(run_dir).has_weights:
+                    tqdm.write(f"{run_dir.name}: decided from its tables (committed without its weights: `mecheval "
+                               f"reproduce {run_dir} --restore` brings them back)", file=sys.stderr)
+                    relabel_run(readouts, study.min_effect, task_chance(run_dir))
+                elif repatch:
                     _intervene(run_dir, study, meta["n_examples"], split, skip=keep)
                 elif recheck and not recheck_run(readouts, run_dir, study.readout(meta["n_examples"], split)):
                     _intervene(run_dir, study, meta["n_examples"], split, skip=RECHECK_KEEPS)
                 elif not recheck:
                     relabel_run(readouts, study.min_effect, task_chance(run_dir))
-        if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists():
+        if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists() and RunDir(run_dir).has_weights:
             write_examples(run_dir, meta["n_examples"])
     return build_report(out)
 

@@ -5,7 +5,9 @@ reduction follow from the config), so a run whose weights are not committed is s
 keeps a digest of its final weights (`checkpoint.weights_digest`: SHA-256 over each tensor's name, dtype, shape and bytes)
 and the thread count it trained with. `reproduce` retrains the run in a scratch directory with those threads
 (a run from before they were recorded: 1, then the machine's cores, until one matches) and compares the
-weights tensor by tensor where the run's model.safetensors is there, else by digest.
+weights tensor by tensor where the run's model.safetensors is there, else by digest; `restore` then writes the
+retrained weights into a run committed without them, once their digest matches (the repository's rule: a run that
+did not learn is committed without its weights).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from mecheval.common import atomic_write_bytes
 from mecheval.training.checkpoint import read_tensors, weights_digest
 from mecheval.training.run_dir import MODEL, RunDir
 from mecheval.training.threads import available_cores
@@ -32,17 +35,20 @@ class Reproduction:
     steps: int  # the steps the retrained run took (an early stop included)
     differing: list[str] = field(default_factory=list)  # the tensors that differ (compared tensor by tensor)
     max_abs_diff: float = 0.0  # the largest elementwise difference among them
+    restored: bool = False  # the retrained weights written into the run (it had none)
 
     def words(self) -> str:
         if self.same:
-            return f"{self.run}: reproduced bitwise ({self.steps} steps, {self.threads} thread(s))"
+            restored = f"; its weights restored: {self.run / MODEL}" if self.restored else ""
+            return f"{self.run}: reproduced bitwise ({self.steps} steps, {self.threads} thread(s)){restored}"
         detail = (f"{len(self.differing)} tensor(s) differ, by up to {self.max_abs_diff:.3g} (first: {self.differing[0]})"
                   if self.differing else "the weights' digest differs")
         return f"{self.run}: NOT reproduced with {self.threads} thread(s): {detail}"
 
 
-def reproduce(run_dir: str | Path, quiet: bool = True) -> Reproduction:
-    """Retrains the finished run in `run_dir` (module docstring); its directory is only read. ValueError where the
+def reproduce(run_dir: str | Path, quiet: bool = True, restore: bool = False) -> Reproduction:
+    """Retrains the finished run in `run_dir` (module docstring); its directory is only read, but with `restore`
+    where it has no weights and the retrained ones match its digest (then written there). ValueError where the
     run is not finished or has neither weights nor a digest to compare with."""
     run = RunDir(run_dir)
     if not run.finished:
@@ -60,7 +66,10 @@ def reproduce(run_dir: str | Path, quiet: bool = True) -> Reproduction:
             with tempfile.TemporaryDirectory(prefix="mecheval-reproduce-") as scratch:
                 steps = train(cfg, Path(scratch) / "run", quiet=quiet)["steps"]
                 ours = read_tensors(Path(scratch) / "run" / MODEL)[0]
-            outcome = _compare(run.path, threads, steps, ours, theirs, summary.get("weights_sha256"))
+                outcome = _compare(run.path, threads, steps, ours, theirs, summary.get("weights_sha256"))
+                if outcome.same and restore and theirs is None:
+                    atomic_write_bytes(run / MODEL, (Path(scratch) / "run" / MODEL).read_bytes(), run.path)
+                    outcome.restored = True
             if outcome.same:
                 return outcome
         return outcome

@@ -58,6 +58,11 @@ class RunDir:
         return (self.path / SUMMARY).exists()
 
     @property
+    def has_weights(self) -> bool:
+        """Are its final weights here? (A committed run that did not learn keeps only their digest.)"""
+        return (self.path / MODEL).exists()
+
+    @property
     def started(self) -> bool:
         return (self.path / CONFIG).exists()
 
@@ -184,7 +189,9 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
     cfg = run.read_config()
     weights = run / MODEL
     if not weights.exists():
-        hint = " (the run is unfinished: resume it with `mecheval train --resume`)" if (run / CHECKPOINT).exists() else ""
+        hint = (" (the run is unfinished: resume it with `mecheval train --resume`)" if (run / CHECKPOINT).exists() else
+                f" (committed without them, as a run that did not learn is: `mecheval reproduce {run.path} --restore` "
+                "retrains it and writes them back once they match its digest)" if run.finished else "")
         raise FileNotFoundError(f"{weights}: no final weights{hint}")
     task = make_task(cfg.task.name, **cfg.task.params)
     lm = build_model(cfg.model)
