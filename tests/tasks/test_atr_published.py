@@ -141,3 +141,14 @@ def test_a_study_trains_on_the_published_grammar():
         STUDIES["atr-mamba-noconv"].sweep("cpu", grammar_draw="published-sets")
     with pytest.raises(ValueError, match="grammar_draw applies to ATR studies"):
         STUDIES["quick"].sweep("cpu", grammar_draw="published")
+
+
+def test_the_published_test_set_is_the_published_test_documents_and_only_for_their_grammar():
+    """`ATRTask.published_test_set(n)`: the first n published test documents as a batch (what the published accuracy
+    read: the first 320), refused for our own grammar draw."""
+    batch = make_task("atr", grammar_draw="published").published_test_set(320)
+    forest, key = published_documents(N_TRAIN, 320)["test"]
+    assert len(batch) == 320 and batch.lengths.tolist() == (forest.length + 5).tolist()
+    assert batch.roles["key"].tolist() == (key + 1).tolist()
+    with pytest.raises(ValueError, match="published grammar"):
+        make_task("atr").published_test_set(320)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mecheval.tasks.atr.published import N_TRAIN, SEED, published_documents, published_grammar
+from mecheval.tasks.atr.published import N_TEST, N_TRAIN, SEED, published_documents, published_grammar
 from mecheval.tasks.atr.pcfg import GRAMMARS, Forest, build_grammar, concat, derive, take
 from mecheval.tasks.atr.queries import choose_queries, heldout
 from mecheval.tasks.atr.tree import DependencyTree
@@ -127,6 +127,14 @@ class ATRTask(DocumentTask):
         if self.training_set_size is None:
             raise ValueError("only grammar_draw 'published-sets' has a fixed training set")
         return self._batch(*published_documents(n, 0)["train"])
+
+    def published_test_set(self, n: int = N_TEST) -> Batch:
+        """The first `n` documents of the published test set (its accuracy read the first 320), for a run trained on
+        the published grammar: its accuracy there is like for like with the published value."""
+        if self.params.grammar_draw == "mecheval":
+            raise ValueError("the published test set is of the published grammar: grammar_draw 'published' or "
+                             "'published-sets'")
+        return self._batch(*published_documents(N_TRAIN, n)["test"])
 
     @cached_property
     def chance_accuracy(self) -> float:
