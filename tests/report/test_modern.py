@@ -84,7 +84,8 @@ def test_the_modern_block_reads_the_committed_mamba3_study_and_answers_from_it(t
     block = generate(tmp_path)[Path("docs/p.md")]
     assert "| mamba3 (d_conv 4) | 0.003 | 0, 1, 2 |" in block and "| mamba3 | 0.003 |" in block
     assert "mamba3: zeroing the two-token term in every layer takes accuracy from" in block
-    assert "at one position alone: value" in block and "short conv of layer 1" in block
+    assert "at one position alone: key" in block and "short conv of layer 1" in block
+    assert "mamba3: zeroing the rotation's angle steps in every layer takes accuracy from" in block
     # with a conv, both readings of a seed side by side, and the answer for that variant too (its runs have both)
     assert "lagged taps zeroed: " in block and "), two-token term zeroed in layers 0+1" in block
     assert "mamba3 (d_conv 4): zeroing the two-token term in every layer" in block
