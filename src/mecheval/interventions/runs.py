@@ -383,25 +383,26 @@ def write_figures(out_dir: Path, df: pd.DataFrame) -> None:
 def redraw_kept_figures(out_dir: Path, kept: set[str]) -> None:
     """The figure of each kept analysis drawn again from its kept table where the figure is missing (a committed
     run keeps its tables, not its per-run PNGs: a repatch that keeps the state readout must not lose its figure)."""
-    title = textwrap.fill(out_dir.name, 48)
-    figures = {"interventions/state_curve.png": ("state_curve.parquet", ("corrupt", "n")),
-               "interventions/conv_window.png": ("conv_window.parquet", ())}
-    for figure, (name, columns) in figures.items():
-        if figure not in kept or (out_dir / figure).exists() or not (out_dir / name).exists():
-            continue
-        table = read_table(out_dir / name, columns)
-        if table.empty:
-            continue
-        if name == "state_curve.parquet":
-            state_curve_plot(table, out_dir / figure,
-                             title=f"{title}\ncorrupt {table['corrupt'].iloc[0]}, n = {int(table['n'].max())}")
-        else:
-            conv_window_heatmap(table, out_dir / figure, title=title)
+    figures = {  # figure -> (its table, the columns drawing reads, how it is drawn)
+        "interventions/state_curve.png": ("state_curve.parquet", ("corrupt", "n"), lambda t, path: state_curve_plot(
+            t, path, title=_state_title(out_dir, t["corrupt"].iloc[0], int(t["n"].max())))),
+        "interventions/conv_window.png": ("conv_window.parquet", (), lambda t, path: conv_window_heatmap(
+            t, path, title=textwrap.fill(out_dir.name, 48))),
+    }
+    for figure, (name, columns, draw) in figures.items():
+        if figure in kept and not (out_dir / figure).exists() and (out_dir / name).exists():
+            table = read_table(out_dir / name, columns)
+            if not table.empty:
+                draw(table, out_dir / figure)
+
+
+def _state_title(out_dir: Path, corrupt: str, n: int) -> str:
+    """The state readout figure's title: the run, the corrupted role and the examples read."""
+    return f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {corrupt}, n = {n}"
 
 
 def write_state_readout(out_dir: Path, curve: pd.DataFrame, corrupt: str, n: int) -> None:
     """OUT_DIR/state_curve.parquet and interventions/state_curve.png: the state readout (`state_readout.state_curve`)
     under `corrupt` corruption of n examples."""
     write_table(out_dir, "state_curve.parquet", curve)
-    state_curve_plot(curve, out_dir / "interventions" / "state_curve.png",
-                     title=f"{textwrap.fill(out_dir.name, 48)}\ncorrupt {corrupt}, n = {n}")
+    state_curve_plot(curve, out_dir / "interventions" / "state_curve.png", title=_state_title(out_dir, corrupt, n))
