@@ -9,6 +9,6 @@ for d in $(cd /work/runner && ls -d results/*/*/ | sed 's#/$##'); do
   mkdir -p $d && (cd /work/runner/$d && tar cf - --exclude=snapshots --exclude=checkpoint.safetensors --exclude=worker.json --exclude=.lock --exclude=report.html --exclude='runs/*/interventions/*.png' .) | (cd $d && tar xf -)
   .venv/bin/mecheval archive-logs $d > /dev/null
   PYTHONPATH=/work/main .venv/bin/mecheval relabel $d --recheck > /dev/null 2>&1 || echo "relabel failed: $d"
-  .venv/bin/python tools/landing/drop_unlearned_weights.py $d || echo "weights kept: $d"
+  PYTHONPATH=tools .venv/bin/python -m landing.drop_uncited_weights $d || echo "weights kept: $d"
   echo "landed $d"
 done
