@@ -85,6 +85,9 @@ def test_a_run_trained_with_a_term_ablated_is_named_by_the_ablation(tmp_path, ti
     assert identity.arch_ablations(both) == ("no two-token", "no rotary")
     assert identity.arch_ablations({**both, "model.options.mamba3.two_token": float("nan"), "model.options.mamba3.rotary": True}) == ()
     assert identity.arch_ablations({"model.mixer": '["rwkv7"]', "model.options.rwkv7.token_shift": False}) == ("no token shift",)
+    product = {"model.mixer": '["deltaproduct"]', "model.options.deltaproduct.n_householder": 1.0}  # as a table reads it
+    assert identity.arch_ablations(product) == ("n_h = 1",)
+    assert identity.arch_ablations({**product, "model.options.deltaproduct.n_householder": 2}) == ()
 
 
 def test_every_committed_run_json_is_its_config_s_identity():

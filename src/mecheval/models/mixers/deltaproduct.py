@@ -39,8 +39,10 @@ from mecheval.models.shortconv import ConvSpec
 
 class DeltaProductOptions(MixerOptions):
     n_heads: int = Field(1, gt=0)
-    n_householder: int = Field(2, gt=0, description="n: delta-rule steps per token")
-    allow_neg_eigval: bool = Field(True, description="β in (0, 2) instead of (0, 1)")
+    n_householder: int = Field(2, gt=0, description="n: delta-rule steps per token",
+                               json_schema_extra={"ablation": "n_h = {:g}"})
+    allow_neg_eigval: bool = Field(True, description="β in (0, 2) instead of (0, 1)",
+                                   json_schema_extra={"ablation": "no negative eigenvalues"})
     gate: bool = Field(False, description="Gated DeltaProduct: a decay α_t per head and token")
     norm_eps: float = Field(1e-5, gt=0)
 
