@@ -38,8 +38,8 @@ class MixerOptions(Checked):
 
     @classmethod
     def ablations(cls, given: Mapping[str, Any]) -> list[str]:
-        """The training ablations among the options `given` (field -> value, as a config gives them): the names
-        of the fields marked `json_schema_extra={"ablation": NAME}` that are set off their default, such as
+        """The training ablations (and other named variants, such as Gated DeltaProduct's `gated`) among the
+        options `given` (field -> value, as a config gives them): the names of the fields marked `json_schema_extra={"ablation": NAME}` that are set off their default, such as
         Mamba-3's `no two-token`, NAME formatted with the value where it has a field (DeltaProduct's `n_h = {:g}`
         -> `n_h = 1`); reports name an architecture with them (`models.presets.arch_label`)."""
         marked = {name: f for name, f in cls.model_fields.items()

@@ -43,7 +43,8 @@ class DeltaProductOptions(MixerOptions):
                                json_schema_extra={"ablation": "n_h = {:g}"})
     allow_neg_eigval: bool = Field(True, description="β in (0, 2) instead of (0, 1)",
                                    json_schema_extra={"ablation": "no negative eigenvalues"})
-    gate: bool = Field(False, description="Gated DeltaProduct: a decay α_t per head and token")
+    gate: bool = Field(False, description="Gated DeltaProduct: a decay α_t per head and token",
+                       json_schema_extra={"ablation": "gated"})
     norm_eps: float = Field(1e-5, gt=0)
 
 
