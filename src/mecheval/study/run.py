@@ -153,10 +153,11 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False,
     meta = read_json_object(out / studies.STUDY_JSON, {"preset": str, "n_examples": int})
     study = get_study(meta["preset"])
     for run_dir in sorted((out / RUNS).iterdir()):
+        weights = RunDir(run_dir).has_weights
         for split in ("test", *study.splits):
             readouts = _readout_dir(run_dir, split)
             if (readouts / "interventions.parquet").exists():
-                if (repatch or recheck) and not RunDir(run_dir).has_weights:
+                if (repatch or recheck) and not weights:
                     tqdm.write(f"{run_dir.name}: decided from its tables (committed without its weights: `mecheval "
                                f"reproduce {run_dir} --restore` brings them back)", file=sys.stderr)
                     relabel_run(readouts, study.min_effect, task_chance(run_dir))
@@ -166,7 +167,7 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False,
                     _intervene(run_dir, study, meta["n_examples"], split, skip=RECHECK_KEEPS)
                 elif not recheck:
                     relabel_run(readouts, study.min_effect, task_chance(run_dir))
-        if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists() and RunDir(run_dir).has_weights:
+        if (run_dir / "interventions.parquet").exists() and not (run_dir / EXAMPLES).exists() and weights:
             write_examples(run_dir, meta["n_examples"])
     return build_report(out)
 
