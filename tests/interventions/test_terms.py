@@ -1,5 +1,5 @@
-"""A term's ablation table (Mamba-3's two-token term and rotation, RWKV-7's token shift): each row zeroes the
-term's sites of exactly its layers."""
+"""A term's ablation table (Mamba-3's two-token term and rotation, RWKV-7's token shift, DeltaProduct's negative
+eigenvalues): each row zeroes the term's sites of exactly its layers."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def lm_of(preset: str):
     return lm, task.sample(32, seed=1, split="test")
 
 
-@pytest.mark.parametrize(("preset", "analysis"), [("mamba3", "two-token"), ("mamba3", "rotary"), ("rwkv7", "two-token")])
+@pytest.mark.parametrize(("preset", "analysis"), [("mamba3", "two-token"), ("mamba3", "rotary"), ("rwkv7", "two-token"),
+                                                 ("deltaproduct", "reflection")])
 def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch, preset, analysis):
     lm, batch = lm_of(preset)
     term = terms.TERMS[analysis]

@@ -170,6 +170,28 @@ def test_deltaproduct_core_is_n_householder_steps_per_token(gate):
     torch.testing.assert_close(core, torch.stack(outs, 1).flatten(-2), atol=1e-5, rtol=1e-5)
 
 
+def test_deltaproducts_reflection_site_carries_beta_above_one_and_zeroing_it_clamps_beta_at_one():
+    """The site `reflection` carries max(β - 1, 0) [B, T, n H]; the mixer's output is unchanged by passing it, and
+    zeroing it is the mixer with β <- min(β, 1) = 2 σ(min(W_β u, 0)) (its negative eigenvalues taken away)."""
+    m = make_mixer("deltaproduct", n_heads=2, n_householder=2)
+    x = inputs(2, 12, 16, 5)
+    seen = {}
+    with torch.no_grad(), attach({"r": m.reflection}, {"r": lambda r: seen.setdefault("r", r)}):
+        y = m(x)
+    beta = 2 * torch.sigmoid(m.b_proj(x)).detach()
+    torch.testing.assert_close(seen["r"], (beta - 1).clamp(min=0), atol=0, rtol=0)
+    assert (seen["r"] > 0).any() and (seen["r"] == 0).any()  # this draw has both kinds of step
+    with torch.no_grad(), attach({"r": m.reflection}, {"r": torch.zeros_like}):
+        ablated = m(x)
+    logits = m.b_proj.forward
+    m.b_proj.forward = lambda u: logits(u).clamp(max=0)  # 2 σ(z) <= 1 where z <= 0
+    with torch.no_grad():
+        clamped = m(x)
+    torch.testing.assert_close(ablated, clamped, atol=1e-6, rtol=1e-6)
+    assert (y - ablated).abs().max() > 1e-4  # the reflections mattered
+    assert not hasattr(make_mixer("deltaproduct", allow_neg_eigval=False), "reflection")  # β < 1: no such part
+
+
 def test_deltaproduct_with_one_step_and_beta_below_one_has_deltanets_core():
     dp = make_mixer("deltaproduct", n_heads=2, n_householder=1, allow_neg_eigval=False)
     net = make_mixer("deltanet", n_heads=2)

@@ -147,6 +147,7 @@ def expected_sites(cfg) -> list[str]:
         local = ["resid_pre", "mixer_in"] + (["two_token"] if cfg.mixer[i] == "rwkv7" else [])  # its token shift
         local += ["conv_in"] if isinstance(conv, int) and conv > 0 else []
         local += ["conv_out"] if conv != 0 else []
+        local += ["reflection"] if cfg.mixer[i] == "deltaproduct" else []  # β's part above 1 (negative eigenvalues)
         local += ["rotary", "two_token"] if cfg.mixer[i] == "mamba3" else []
         local += ["state"] if cfg.mixer[i] in STATEFUL else []
         local += ["attn_pattern", "head0"] if cfg.mixer[i] == "attention" else []  # one head by default

@@ -8,6 +8,9 @@ carried by a site `layers.{i}.<site>` [B, T, D_site] (`TERMS`):
                 the site `two_token` carries δ_t = u_{t-1} - u_t
     rotary      Mamba-3: B_t and C_t rotated by the cumulative angle φ_t = Σ_{s<=t} Δ_s θ_s, so that the score
                 C_t · B_s turns with the angle steps between s and t; the site `rotary` carries the steps Δ_t θ_t
+    reflection  DeltaProduct (`models.mixers.deltaproduct`): step sizes β in (0, 2) make each transition
+                I - β k k^T a reflection along k where β > 1 (a negative eigenvalue); the site `reflection`
+                carries β's part above 1, so zeroing it clamps β at 1 (no negative eigenvalues)
 If a term binds a key to its value as Mamba's conv does, zeroing it must break retrieval, as zeroing Mamba's
 conv taps of lag >= 1 does (`conv_window.conv_ablation`, its analogue).
 
@@ -52,6 +55,8 @@ TERMS = {t.analysis: t for t in (
          "two-token term (Mamba-3's trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)"),
     Term("rotary", "rotary", "rotary.parquet", "rotation's angle steps",
          "data-dependent rotation (Mamba-3's rotary B and C: the analysis zeroes its angle steps per layer)"),
+    Term("reflection", "reflection", "reflection.parquet", "negative eigenvalues (β's part above 1)",
+         "negative eigenvalues (DeltaProduct's step sizes β in (0, 2): the analysis clamps β at 1 per layer)"),
 )}
 TWO_TOKEN = TERMS["two-token"].file  # a run's two-token table (`intervene_run`'s `two-token` analysis)
 AT, NOT = "@", "@not "  # the position rows' suffixes: `0+1@key`, `0+1@not key`

@@ -6,7 +6,10 @@ Per head (H heads of d_h = D / H; `mixers.dplr`'s frame), n = n_householder keys
     c = SiLU(conv([q; k; v]))                       the shared short-conv slot on the (1 + 2n) D channels (site
                                                     `conv_out`; d_conv 0 removes the conv, the SiLU stays)
     q <- q / (|q| √d_h),  k_j <- k_j / |k_j|        split into heads
-    β_{t,j} = 2 σ(w_{β,j} · u_t)                     in (0, 2): negative eigenvalues allowed (`allow_neg_eigval`)
+    β_{t,j} = 2 σ(w_{β,j} · u_t)                     in (0, 2): negative eigenvalues allowed (`allow_neg_eigval`);
+                                                    written min(β, 1) + r, r = max(β - 1, 0) [B, T, n H] passing
+                                                    the site `reflection` (exactly β: zeroing r takes the
+                                                    negative eigenvalues away, β <- min(β, 1))
 The state takes n delta-rule steps per token, a product of n generalised Householder transitions:
     S_{t,0} = α_t S_{t-1}     (α_t = exp(-e^{A} softplus(w_α · u_t + b)), Gated DeltaProduct; α_t = 1 otherwise)
     S_{t,j} = (I - β_{t,j} k_{t,j} k_{t,j}^T) S_{t,j-1} + β_{t,j} k_{t,j} v_{t,j}^T,    j = 1..n
@@ -53,7 +56,7 @@ class DeltaProduct(DPLRMixer):
         H, n = options.n_heads, options.n_householder
         d_h = d_model // H
         super().__init__(d_model, conv, options, layer_idx, max_len, channels=(1 + 2 * n) * d_model,
-                         heads=(H, d_h, d_h), substeps=n)
+                         heads=(H, d_h, d_h), substeps=n, terms=("reflection",) if options.allow_neg_eigval else ())
         self.qkv = nn.Linear(d_model, (1 + 2 * n) * d_model, bias=False)
         self.b_proj = nn.Linear(d_model, n * H, bias=False)
         self.beta_max = 2.0 if options.allow_neg_eigval else 1.0
@@ -76,7 +79,10 @@ class DeltaProduct(DPLRMixer):
         q = l2_normalize(q.unflatten(-1, (H, d)), d**-0.5)
         k = l2_normalize(k.unflatten(-1, (n, H, d))).flatten(1, 2)  # [B, T n, H, d]
         v = v.unflatten(-1, (n, H, d)).flatten(1, 2)
-        beta = (self.beta_max * torch.sigmoid(self.b_proj(u))).unflatten(-1, (n, H)).flatten(1, 2)[..., None]
+        beta = self.beta_max * torch.sigmoid(self.b_proj(u))  # [B, T, n H]
+        if self.beta_max > 1:  # the part above 1 (the reflection's) through its site; the sum is β exactly
+            beta = beta.clamp(max=1) + self.reflection(F.relu(beta - 1))
+        beta = beta.unflatten(-1, (n, H)).flatten(1, 2)[..., None]
         reads = torch.cat([q.new_zeros(*q.shape[:2], n - 1, H, d), q[:, :, None]], dim=2)  # q at the last step only
         log_w = u.new_zeros(u.shape[0], u.shape[1], n, H, 1)
         if self.a_proj is not None:

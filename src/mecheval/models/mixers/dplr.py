@@ -104,10 +104,12 @@ class GatedOutput(nn.Module):
 class DPLRMixer(Mixer):
     """Subclasses build their parameters after `super().__init__(..., channels=C, heads=(H, d_k, d_v))` and
     define `_project`, `_recurrence` and `_out` (module docstring); `substeps` is n; `shifts`: the mixer reads
-    the token shift's difference δ, which then passes the site `two_token`."""
+    the token shift's difference δ, which then passes the site `two_token`; `terms`: the names of further sites
+    its `_recurrence` passes (such as DeltaProduct's `reflection`), registered between the conv and the state."""
 
     def __init__(self, d_model: int, conv: ConvSpec, options: MixerOptions, layer_idx: int, max_len: int, *,
-                 channels: int, heads: tuple[int, int, int], substeps: int = 1, shifts: bool = False):
+                 channels: int, heads: tuple[int, int, int], substeps: int = 1, shifts: bool = False,
+                 terms: tuple[str, ...] = ()):
         super().__init__(d_model, conv, options, layer_idx, max_len)
         self.n_heads, self.d_k, self.d_v = heads
         self.substeps, self.shifts = substeps, shifts
@@ -116,6 +118,8 @@ class DPLRMixer(Mixer):
         self.conv = make_conv(conv, channels, max_len)
         if self.conv is not None:
             self.conv_out = Site()
+        for name in terms:
+            setattr(self, name, Site())
         self.state = StateSite()
         self.core_out = Site()
 
