@@ -42,6 +42,18 @@ def test_seeds_that_did_not_learn_are_not_read_and_none_learned_leaves_the_quest
     assert status == INCONCLUSIVE and "open" in words
 
 
+def test_a_seed_that_does_not_retrieve_with_the_term_in_place_is_left_out_and_named(tmp_path):
+    """Zeroing a term cannot show a fall below POOR_ACC in a run already at or near it (a run labelled learned at
+    0.35): such a seed is not read, and the sentence names it."""
+    best = _best(tmp_path, [0.02, 0.03, 0.34])
+    _run(tmp_path, "s2", 0.34, base=0.35)  # learned, but at 0.35 with the term in place
+    status, words = term_answer(best, "mamba3", TWO)
+    assert status == PLAYS and "2 learned seeds (0, 1; of 3)" in words
+    assert words.endswith("Seed 2 left out: 0.35 with the term in place, not above 0.4.")
+    status, words = term_answer(best[best["seed"] == 2], "mamba3", TWO)
+    assert status == INCONCLUSIVE and "open" in words and "Seed 2 left out" in words
+
+
 def test_where_key_and_value_meet_names_the_ablation_and_its_numbers(tmp_path):
     run = _run(tmp_path, "r", 0.03)
     assert meeting_words(run) == ("two-token term zeroed in layers 0+1: 0.99 → 0.03 (at one position alone: value "

@@ -48,7 +48,8 @@ def term_read(run_dir: str | Path, term: Term) -> dict | None:
     positions = {kind: {layers.removeprefix(every + prefix): float(table.loc[layers, "acc"]) for layers in table.index
                         if layers.startswith(every + prefix) and (kind == "elsewhere") == layers.startswith(every + NOT)}
                  for kind, prefix in (("alone", AT), ("elsewhere", NOT))}
-    return {"acc": float(table.loc["none", "acc"]), "cut_acc": float(cut["acc"]), "cut_lo": float(cut["acc_lo"]),
+    return {"acc": float(table.loc["none", "acc"]), "acc_lo": float(table.loc["none", "acc_lo"]),
+            "acc_hi": float(table.loc["none", "acc_hi"]), "cut_acc": float(cut["acc"]), "cut_lo": float(cut["acc_lo"]),
             "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every, **positions}
 
 
@@ -91,13 +92,20 @@ def learned(best: pd.DataFrame) -> pd.DataFrame:
 
 def term_answer(best: pd.DataFrame, arch: str, term: Term) -> tuple[str, str]:
     """(status, sentence): does `arch`'s `term` play the short conv's role (module docstring)? Decided over its
-    learned best-learning-rate runs; status PLAYS, DOES_NOT or INCONCLUSIVE."""
+    learned best-learning-rate runs whose accuracy with the term in place lies above POOR_ACC by its interval (in
+    one at or below it, a fall below POOR_ACC could not show: it is named as left out); status PLAYS, DOES_NOT or
+    INCONCLUSIVE."""
     runs = best[best["arch"] == arch]
     reads = [(r["seed"], term_read(r["run_dir"], term)) for _, r in learned(runs).iterrows()]
     reads = [(seed, read) for seed, read in reads if read is not None]
+    low = [(seed, read) for seed, read in reads if above(read["acc_lo"], read["acc_hi"], POOR_ACC, strict=True) is not True]
+    reads = [(seed, read) for seed, read in reads if (seed, read) not in low]
+    left_out = "".join(f" Seed {int(seed)} left out: {read['acc']:.2f} with the term in place, not above {POOR_ACC:g}."
+                       for seed, read in low)
     if not reads:
-        return INCONCLUSIVE, (f"{arch}: no learned run with the {term.analysis} analysis ({len(runs)} run(s) at the "
-                              "best learning rate): the question is open.")
+        return INCONCLUSIVE, (f"{arch}: no learned run with the {term.analysis} analysis that retrieves above "
+                              f"{POOR_ACC:g} ({len(runs)} run(s) at the best learning rate): the question is open."
+                              f"{left_out}")
     cut = [read["cut_acc"] for _, read in reads]
     lo, hi = interval_over_seeds(pd.DataFrame({  # over seeds and their examples, as every accuracy over seeds is
         "acc_cut": cut, "acc_cut_lo": [r["cut_lo"] for _, r in reads], "acc_cut_hi": [r["cut_hi"] for _, r in reads],
@@ -118,7 +126,7 @@ def term_answer(best: pd.DataFrame, arch: str, term: Term) -> tuple[str, str]:
     return status, (f"{arch}: zeroing the {term.words} in every layer takes accuracy from {base:.2f} to "
                     f"{mean:.2f} [{lo:.2f}, {hi:.2f}] (multi-bootstrap over seeds and examples) over its {len(reads)} "
                     f"learned seed{'s' if len(reads) > 1 else ''} ({seeds}; of {len(runs)}), below {POOR_ACC:g} in "
-                    f"{broken} of them by its own interval: {why}.{control}")
+                    f"{broken} of them by its own interval: {why}.{control}{left_out}")
 
 
 def modern_rows(summary: pd.DataFrame, best: pd.DataFrame) -> list[dict]:
