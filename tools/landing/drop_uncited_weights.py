@@ -35,7 +35,8 @@ def uncited_runs(study: Path, root: Path = Path(".")) -> list[Path]:
     read = done["best_lr"] & (done["verdict"] != NOT_LEARNED)
     if study.resolve().parent.name.startswith(PUBLISHED_SCALE):
         rates = rates_data(root.resolve())
-        best = set(rates.loc[rates["best"], ["task", "grammar", "arch", "width", "lr"]].itertuples(index=False, name=None))
+        best = set(rates.loc[rates["best"], ["task", "grammar", "arch", "width", "lr"]]
+                   .itertuples(index=False, name=None))
         cells = committed_runs([table]).set_index("run_dir")  # a run outside them (published grammar) is not pooled
         pooled = [run not in cells.index or _rate(cells.loc[run]) in best for run in done["run_dir"]]
         read &= pd.Series(pooled, index=done.index)

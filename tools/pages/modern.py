@@ -98,8 +98,9 @@ def term_answer(best: pd.DataFrame, arch: str, term: Term) -> tuple[str, str]:
     runs = best[best["arch"] == arch]
     reads = [(r["seed"], term_read(r["run_dir"], term)) for _, r in learned(runs).iterrows()]
     reads = [(seed, read) for seed, read in reads if read is not None]
-    low = [(seed, read) for seed, read in reads if above(read["acc_lo"], read["acc_hi"], POOR_ACC, strict=True) is not True]
-    reads = [(seed, read) for seed, read in reads if (seed, read) not in low]
+    retrieves = [above(read["acc_lo"], read["acc_hi"], POOR_ACC, strict=True) is True for _, read in reads]
+    low = [pair for pair, ok in zip(reads, retrieves) if not ok]
+    reads = [pair for pair, ok in zip(reads, retrieves) if ok]
     left_out = "".join(f" Seed {int(seed)} left out: {read['acc']:.2f} with the term in place, not above {POOR_ACC:g}."
                        for seed, read in low)
     if not reads:

@@ -39,9 +39,10 @@ class MixerOptions(Checked):
     @classmethod
     def ablations(cls, given: Mapping[str, Any]) -> list[str]:
         """The training ablations (and other named variants, such as Gated DeltaProduct's `gated`) among the
-        options `given` (field -> value, as a config gives them): the names of the fields marked `json_schema_extra={"ablation": NAME}` that are set off their default, such as
-        Mamba-3's `no two-token`, NAME formatted with the value where it has a field (DeltaProduct's `n_h = {:g}`
-        -> `n_h = 1`); reports name an architecture with them (`models.presets.arch_label`)."""
+        options `given` (field -> value, as a config gives them): the names of the fields marked
+        `json_schema_extra={"ablation": NAME}` that are set off their default, such as Mamba-3's `no two-token`,
+        NAME formatted with the value where it has a field (DeltaProduct's `n_h = {:g}` -> `n_h = 1`); reports
+        name an architecture with them (`models.presets.arch_label`)."""
         marked = {name: f for name, f in cls.model_fields.items()
                   if isinstance(f.json_schema_extra, dict) and "ablation" in f.json_schema_extra}
         return [f.json_schema_extra["ablation"].format(given[name]) for name, f in marked.items()
