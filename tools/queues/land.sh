@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# (the session's helper: queues train in a worktree at /work/runner so that edits to src/ do not reach a running study)
-# copies finished queue studies from the runner worktree into main (no snapshots, checkpoints, worker files, run-level
-# readout PNGs: the study's figures/ keeps the copies its report shows), archives logs, relabels by main's rules
-cd /work/main
-for d in $(cd /work/runner && ls -d results/*/*/ | sed 's#/$##'); do
-  [[ -f /work/runner/$d/report.md && -f /work/runner/$d/study.json ]] || continue
-  [[ -d $d ]] && continue
-  mkdir -p $d && (cd /work/runner/$d && tar cf - --exclude=snapshots --exclude=checkpoint.safetensors --exclude=worker.json --exclude=.lock --exclude=report.html --exclude='runs/*/interventions/*.png' .) | (cd $d && tar xf -)
-  .venv/bin/mecheval archive-logs $d > /dev/null
-  PYTHONPATH=/work/main .venv/bin/mecheval relabel $d --recheck > /dev/null 2>&1 || echo "relabel failed: $d"
-  PYTHONPATH=tools .venv/bin/python -m landing.drop_uncited_weights $d || echo "weights kept: $d"
+# Lands the finished queue studies into main: each study under SRC/results with a report.md and a study.json that main
+# has not committed. SRC is a worktree the queues ran in (so that edits to src/ do not reach a running study) or, by
+# default, main itself. Copies leave out what .gitignore does not already (run-level readout PNGs: the study's figures/
+# keeps the copies its report shows; a finished run's error.log of an earlier, resumed attempt); then archives logs,
+# relabels by main's rules and drops the weights no finding reads. Usage: bash tools/queues/land.sh [SRC]
+main=$(cd "$(dirname "$0")/../.." && pwd)
+src=$(cd "${1:-$main}" && pwd)
+cd "$main"
+for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
+  [[ -f $src/$d/report.md && -f $src/$d/study.json ]] || continue
+  [[ -n $(git ls-files "$d/study.json") ]] && continue
+  if [[ $src != "$main" ]]; then
+    [[ -d $d ]] && continue
+    mkdir -p "$d" && (cd "$src/$d" && tar cf - --exclude=snapshots --exclude=checkpoint.safetensors --exclude=worker.json \
+      --exclude=.lock --exclude=report.html .) | (cd "$d" && tar xf -)
+  fi
+  rm -f "$d"/runs/*/interventions/*.png
+  for log in "$d"/runs/*/error.log; do [[ -f $(dirname "$log")/summary.json ]] && rm -f "$log"; done
+  .venv/bin/mecheval archive-logs "$d" > /dev/null
+  .venv/bin/mecheval relabel "$d" --recheck > /dev/null 2>&1 || echo "relabel failed: $d"
+  PYTHONPATH=tools .venv/bin/python -m landing.drop_uncited_weights "$d" || echo "weights kept: $d"
   echo "landed $d"
 done
