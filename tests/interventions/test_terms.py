@@ -8,7 +8,9 @@ import torch
 
 from mecheval.interventions import terms
 from mecheval.interventions.accuracy import accuracy
-from mecheval.models import ModelConfig, build_model, record
+from mecheval.interventions.patching import LENGTH_GROUPS
+from mecheval.models import ModelConfig, attach, build_model, record
+from mecheval.tasks import make_task
 
 from .conftest import small_ar
 
@@ -28,8 +30,8 @@ def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch, preset, analys
     lm.train()
     zeroed = {}
 
-    def seen_and_accuracy(model, b):  # records the sites after the ablation's hooks have run
-        with record(model.sites(), [f"layers.{i}.{term.site}" for i in (0, 1)]) as acts:
+    def seen_and_accuracy(model, b, within):  # records the sites after the ablation's hooks have run (AR: the
+        with within(b), record(model.sites(), [f"layers.{i}.{term.site}" for i in (0, 1)]) as acts:  # one group)
             out = accuracy(model, b)
         zeroed[len(zeroed)] = [(a == 0).all(-1) for a in acts.values()]  # per layer: [B, T], zero at a position
         return out
@@ -63,3 +65,28 @@ def test_every_term_is_an_analysis_the_cli_and_studies_accept():
     from mecheval.interventions.spec import ANALYSES
 
     assert set(terms.TERMS) <= set(ANALYSES) and all(KEPT[name] == (t.file,) for name, t in terms.TERMS.items())
+
+
+def test_the_position_rows_zero_each_example_s_own_position_in_a_batch_of_mixed_lengths():
+    """ATR prompts differ in length: `accuracy` runs them in length groups, each cut to its longest, and the
+    position controls zero each example's own position within its group (a mask of the whole batch raised on
+    ATR): each row's accuracy is the one each example gets run alone with the term zeroed at its position."""
+    task = make_task("atr", grammar="easy")
+    batch = task.sample(24, seed=1, split="test")
+    assert len(batch.by_length(LENGTH_GROUPS)) > 1
+    torch.manual_seed(0)
+    lm = build_model(ModelConfig(preset="mamba3", vocab_size=task.vocab_size, d_model=16, max_len=int(batch.lengths.max())))
+    term = terms.TERMS["two-token"]
+    table = terms.term_ablation(lm, batch, term).set_index("layers")["acc"]
+    for role in ("key", "value", "query"):
+        for at in (True, False):
+            correct = 0
+            for i in range(len(batch)):
+                one = batch.select(torch.tensor([i])).trimmed()
+                where = torch.zeros(one.tokens.shape, dtype=torch.bool)
+                where[0, one.roles[role]] = True
+                where = where if at else ~where
+                with attach(lm.sites(), {name: lambda x, w=where: x.masked_fill(w[..., None], 0.0)
+                                         for name in terms.term_sites(lm, term).values()}):
+                    correct += accuracy(lm, one)[0]
+            assert table[f"0+1@{'' if at else 'not '}{role}"] == pytest.approx(correct / len(batch), abs=1.5 / len(batch))

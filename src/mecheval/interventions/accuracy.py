@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -28,9 +30,10 @@ EXAMPLES = "examples.parquet"  # a run's `example_table`
 
 
 @torch.no_grad()
-def correct_answers(lm: LM, batch: Batch) -> torch.Tensor:
+def correct_answers(lm: LM, batch: Batch, within: Callable[[Batch], AbstractContextManager] | None = None) -> torch.Tensor:
     """[B, Q] bool: whether the model's argmax at each answer position is the answer (Q = 1 for
-    single-answer tasks); run in eval mode, in groups of similar length."""
+    single-answer tasks); run in eval mode, in groups of similar length (`Batch.by_length`: each a sub-batch cut
+    to its longest), each inside `within(group)` where given (sites attached for that group's positions)."""
     out = torch.zeros(len(batch), 1 if batch.answer.dim() == 1 else batch.answer.shape[1], dtype=torch.bool)
     was_training = lm.training
     lm.eval()
@@ -38,15 +41,16 @@ def correct_answers(lm: LM, batch: Batch) -> torch.Tensor:
         for rows, group in batch.by_length(LENGTH_GROUPS):
             pos = group.answer_pos if group.answer_pos.dim() == 2 else group.answer_pos[:, None]
             answer = group.answer if group.answer.dim() == 2 else group.answer[:, None]
-            out[rows] = (lm(group.tokens, positions=pos).argmax(-1) == answer).cpu()
+            with within(group) if within else nullcontext():
+                out[rows] = (lm(group.tokens, positions=pos).argmax(-1) == answer).cpu()
     finally:
         lm.train(was_training)
     return out
 
 
-def accuracy(lm: LM, batch: Batch) -> tuple[int, int]:
-    """(correct answers, answers) of the model on the batch."""
-    return int(correct_answers(lm, batch).sum()), batch.answer.numel()
+def accuracy(lm: LM, batch: Batch, within: Callable[[Batch], AbstractContextManager] | None = None) -> tuple[int, int]:
+    """(correct answers, answers) of the model on the batch (`correct_answers`, with its `within`)."""
+    return int(correct_answers(lm, batch, within).sum()), batch.answer.numel()
 
 
 def example_ids(batch: Batch) -> list[str]:

@@ -71,29 +71,26 @@ def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
     """The ablation table of `term` (module docstring)."""
     sites = term_sites(lm, term)
     every = "+".join(map(str, sites))
-    groups = {"none": ([], None)} | ({every: (list(sites.values()), None)} if len(sites) > 1 else {})
-    groups |= {str(i): ([name], None) for i, name in sites.items()}
+    groups = {"none": ([], None, True)} | ({every: (list(sites.values()), None, True)} if len(sites) > 1 else {})
+    groups |= {str(i): ([name], None, True) for i, name in sites.items()}
     for role, pos in batch.roles.items() if sites else ():
         if pos.dim() == 1:  # one position per example: the position control
-            at = torch.zeros(batch.tokens.shape, dtype=torch.bool)
-            at[torch.arange(len(batch)), pos] = True  # [B, T]
-            groups |= {every + AT + role: (list(sites.values()), at), every + NOT + role: (list(sites.values()), ~at)}
-    was_training = lm.training
-    lm.eval()
+            groups |= {every + AT + role: (list(sites.values()), role, True),
+                       every + NOT + role: (list(sites.values()), role, False)}
     rows = []
-    try:
-        for layers, (names, where) in groups.items():
-            with attach(lm.sites(), {name: _zeroed(where) for name in names}):
-                k, n = accuracy(lm, batch)
-            lo, hi = accuracy_interval(k, n)
-            rows.append({"layers": layers, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
-    finally:
-        lm.train(was_training)
+    for layers, (names, role, at) in groups.items():
+        k, n = accuracy(lm, batch, lambda group: attach(lm.sites(), {name: _zeroed(group, role, at) for name in names}))
+        lo, hi = accuracy_interval(k, n)
+        rows.append({"layers": layers, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
     return pd.DataFrame(rows)
 
 
-def _zeroed(where: torch.Tensor | None):
-    """The site function zeroing the term everywhere (`where` None) or at the positions `where` [B, T] marks."""
-    if where is None:
+def _zeroed(group: Batch, role: str | None, at: bool):
+    """The site function for one length group (`accuracy`'s): zeroing the term everywhere (`role` None), at
+    `role`'s position (`at`) or everywhere but there (x [B_group, T_group, D_i])."""
+    if role is None:
         return torch.zeros_like
-    return lambda x: x.masked_fill(where[..., None].to(x.device), 0.0)  # x [B, T, D_i]
+    where = torch.zeros(group.tokens.shape, dtype=torch.bool)
+    where[torch.arange(len(group)), group.roles[role]] = True  # [B_group, T_group]
+    where = where if at else ~where
+    return lambda x: x.masked_fill(where[..., None].to(x.device), 0.0)
