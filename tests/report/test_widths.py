@@ -193,7 +193,7 @@ def test_pages_show_accuracy_against_width(tmp_path, two_widths):
     (root / "docs").mkdir()
     page = root / "docs" / "page.md"
     page.write_text("# A page\n\n<!-- generated: widths task=ar -->\n<!-- end generated -->\n")
-    blocks.runs_table.cache_clear()
+    blocks._table.cache_clear()
     changed = blocks.write_pages(root)
     data, png = blocks.width_files(Path("results/cpu/widths"))
     assert data == Path("docs/figures/widths/cpu-widths.csv") and {data, png, Path("docs/page.md")} <= set(changed)

@@ -18,9 +18,10 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.interventions.verdict import NOT_LEARNED
+from mecheval.report.results import study_table
 from mecheval.training.checkpoint import read_tensors, weights_digest
 from mecheval.training.run_dir import MODEL, RunDir
-from pages.blocks import rates_data, runs_table
+from pages.blocks import rates_data
 from pages.rates import CELL, committed_runs
 
 PUBLISHED_SCALE = "paper-d"  # results/paper-d64/...: a published-scale study, pooled with its scale's others
@@ -29,7 +30,7 @@ PUBLISHED_SCALE = "paper-d"  # results/paper-d64/...: a published-scale study, p
 def uncited_runs(study: Path, root: Path = Path(".")) -> list[Path]:
     """The finished runs of `study` (a study, sweep or folder of runs) whose weights no finding reads (module
     docstring); `root`: the repository whose results/ a published-scale study is pooled with."""
-    table = runs_table(str(study.resolve()))  # the table `rates_data` reads for a published-scale study
+    table = study_table(study, every_run=True)
     done = table[table["status"] == "done"]
     read = done["best_lr"] & (done["verdict"] != NOT_LEARNED)
     if study.resolve().parent.name.startswith(PUBLISHED_SCALE):

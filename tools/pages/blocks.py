@@ -120,24 +120,23 @@ def studies(root: Path) -> list[Path]:
 
 
 @functools.lru_cache(maxsize=None)
-def runs_table(path: str) -> pd.DataFrame:
-    """The study's `study_table` of every run under its runs/, whether its latest sweep.yaml names it or not;
-    read once per `path` string (the absolute path: `root / study`, with `root` resolved)."""
+def _table(path: str) -> pd.DataFrame:
+    """The study's `study_table` of every run under its runs/, whether its latest sweep.yaml names it or not."""
     return study_table(path, every_run=True)
 
 
 def _figure_tables(root: Path) -> dict[Path, pd.DataFrame]:
     """The study figure's studies (those with a study.json) -> their `_table`."""
-    return {study: runs_table(str(root / study)) for study in studies(root) if study_meta(root / study)}
+    return {study: _table(str(root / study)) for study in studies(root) if study_meta(root / study)}
 
 
 def _task(study: Path) -> str:
-    return str(runs_table(str(study))["task.name"].iloc[0])
+    return str(_table(str(study))["task.name"].iloc[0])
 
 
 def _draw(study: Path) -> str:
     """The ATR grammar draw the study's runs trained on (`ATRParams.grammar_draw`; `mecheval` where not set)."""
-    draw = runs_table(str(study)).get("task.params.grammar_draw", pd.Series(dtype=object)).dropna()
+    draw = _table(str(study)).get("task.params.grammar_draw", pd.Series(dtype=object)).dropna()
     return str(draw.iloc[0]) if len(draw) else "mecheval"
 
 
@@ -214,7 +213,7 @@ def findings_rows(root: Path, page: Path, index: dict[Path, Path], scale: str = 
     for study in studies(root):
         meta = study_meta(root / study)
         if meta.get("findings") and _named(study, scale, name):
-            df = runs_table(str(root / study))
+            df = _table(str(root / study))
             check(meta["findings"], best_runs(df), md_text(study.parent.name), _link(root, page, study, index))
     for pool_page, args in pooled_specs(root):  # the pages' pools: several studies' seeds read as one
         chosen, df = _pooled(root, args, pool_page)
@@ -309,7 +308,7 @@ def rounding_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     seeds = [int(args["seed"])] if "seed" in args else None
     rows = []
     for study in chosen:
-        best = runs_table(str(root / study))
+        best = _table(str(root / study))
         found = study_findings(root / study, seeds, best)
         mamba = best_runs(best, seeds).query("arch == 'mamba'")
         cells = [e for d in mamba["run_dir"] if (e := conv_evidence(d))]
@@ -348,7 +347,7 @@ def _steps(row: pd.Series) -> str:
 
 def run_rows(study: Path) -> list[dict]:
     """One row per finished run of the study (every run directory, sweep.yaml or not)."""
-    df = runs_table(str(study))
+    df = _table(str(study))
     df = df[df["status"] == "done"].sort_values(["arch", "model.d_model", "optim.lr", "seed"], kind="stable")
     heldout = "acc_heldout" in df and df["acc_heldout"].notna().any()
     named = not (study / SPEC).exists()
@@ -383,7 +382,7 @@ def run_rows(study: Path) -> list[dict]:
 
 
 def _task_line(study: Path) -> str:
-    df = runs_table(str(study))
+    df = _table(str(study))
     first = df.iloc[0]
     params = {k.removeprefix("task.params."): v for k, v in first.items()
               if k.startswith("task.params.") and v is not None and v == v}
@@ -399,7 +398,7 @@ def _task_line(study: Path) -> str:
 
 def widths_data(root: Path, study: Path) -> pd.DataFrame | None:
     """`widths.width_table` of the study's best-learning-rate runs; None where they span one width."""
-    df = runs_table(str(root / study))
+    df = _table(str(root / study))
     summary = summarise(df)
     return width_table(summary, df) if spans_widths(summary) else None
 
@@ -573,20 +572,20 @@ def study_section(root: Path, study: Path, page: Path) -> str:
     command = study_command(path, out=str(study))
     if command:  # what made it, and resumes it
         out += [_made_by(path, command), ""]
-    rows = findings_checked(meta.get("findings", []), runs_table(str(path)))
+    rows = findings_checked(meta.get("findings", []), _table(str(path)))
     if rows:
         out += ["Findings, on the best-learning-rate runs:", "", _markdown(rows), ""]
     runs = run_rows(path)
     out += ["Runs (acc outside the conv reach and attributions: 95% intervals; `–` where a run did not learn):",
             "", _markdown(runs), ""]
-    if left_out(runs_table(str(path))):
-        out += [_left_out(root, runs_table(str(path))), ""]
+    if left_out(_table(str(path))):
+        out += [_left_out(root, _table(str(path))), ""]
     widths = width_section(root, study, page)
     if widths:
         out += [widths]
     if any(EARLIER_RULES in r["verdict (published)"] for r in runs):
         out += [f"{EARLIER_RULES} Verdict {EARLIER_NOTE}", ""]
-    every = runs_table(str(path))
+    every = _table(str(path))
     every = every[every["status"] == "done"]
     states = state_table(every)
     if not states.empty:
@@ -670,7 +669,7 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
     runs trained (`cpu`, `cuda`: on a GPU the CPU minutes are the process's, not the GPU's)."""
     rows = []
     for study in _chosen(root, "costs", {k: v for k, v in args.items() if k != "by"}, page):
-        df = runs_table(str(root / study))
+        df = _table(str(root / study))
         df = df[df["status"] == "done"]
         if df.empty:  # a study still training: no finished run to cost yet
             continue
@@ -693,7 +692,7 @@ def rates_data(root: Path) -> pd.DataFrame:
     """`rates.rate_table` of every published-scale study's runs (results/paper-d*/, but EXPLORATIONS)."""
     chosen = [s for s in studies(root) if s.parent.name.startswith("paper-d")
               and f"{s.parent.name}/{s.name}" not in EXPLORATIONS]
-    return rate_table(committed_runs([runs_table(str(root / s)) for s in chosen]))
+    return rate_table(committed_runs([_table(str(root / s)) for s in chosen]))
 
 
 def rates_block(root: Path, page: Path) -> str:
@@ -779,7 +778,7 @@ def prompt_rows(root: Path) -> list[dict]:
     on all prompts and on the unseen ones."""
     parts = []
     for study in studies(root):
-        df = runs_table(str(root / study))
+        df = _table(str(root / study))
         if "seen_share" in df and df["seen_share"].notna().any():
             read = df[df["seen_share"].notna()]
             grammar = read.get("task.params.grammar", pd.Series(None, index=read.index)).fillna("easy")
@@ -807,7 +806,7 @@ def pointer_rows(root: Path) -> list[dict]:
 
     rows = []
     for study in studies(root):
-        df = runs_table(str(root / study))
+        df = _table(str(root / study))
         if "attrib@query_lo" not in df:
             continue
         for _, r in df[df["attrib@query_lo"].astype(float) > LOW].iterrows():
