@@ -95,8 +95,6 @@ def taps_zeroed(convs: dict[int, ShortConv], lags: list[int]) -> Iterator[None]:
 def conv_ablation(lm: LM, batch: Batch) -> pd.DataFrame:
     """The tap-ablation table (module docstring)."""
     convs = short_convs(lm)
-    was_training = lm.training
-    lm.eval()
     rows = []
 
     def row(layers: str, lags: str, which: dict[int, ShortConv], zero: list[int]) -> None:
@@ -105,15 +103,12 @@ def conv_ablation(lm: LM, batch: Batch) -> pd.DataFrame:
         lo, hi = accuracy_interval(k, n)
         rows.append({"layers": layers, "lags": lags, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
 
-    try:
-        row("none", "none", {}, [])
-        if len(convs) > 1:  # all layers together (one layer alone is the row below)
-            longest = max(c.kernel_size for c in convs.values())
-            row("+".join(map(str, convs)), ">=1", convs, list(range(1, longest)))
-        for i, c in convs.items():
-            row(str(i), ">=1", {i: c}, list(range(1, c.kernel_size)))
-            for lag in range(1, min(c.kernel_size, MAX_OFFSETS)):
-                row(str(i), str(lag), {i: c}, [lag])
-    finally:
-        lm.train(was_training)
+    row("none", "none", {}, [])
+    if len(convs) > 1:  # all layers together (one layer alone is the row below)
+        longest = max(c.kernel_size for c in convs.values())
+        row("+".join(map(str, convs)), ">=1", convs, list(range(1, longest)))
+    for i, c in convs.items():
+        row(str(i), ">=1", {i: c}, list(range(1, c.kernel_size)))
+        for lag in range(1, min(c.kernel_size, MAX_OFFSETS)):
+            row(str(i), str(lag), {i: c}, [lag])
     return pd.DataFrame(rows)

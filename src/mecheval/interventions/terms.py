@@ -79,7 +79,7 @@ def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
                        every + NOT + role: (list(sites.values()), role, False)}
     rows = []
     for layers, (names, role, at) in groups.items():
-        k, n = accuracy(lm, batch, lambda group: attach(lm.sites(), {name: _zeroed(group, role, at) for name in names}))
+        k, n = accuracy(lm, batch, lambda group: attach(lm.sites(), dict.fromkeys(names, _zeroed(group, role, at))))
         lo, hi = accuracy_interval(k, n)
         rows.append({"layers": layers, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
     return pd.DataFrame(rows)
