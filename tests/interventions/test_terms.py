@@ -3,6 +3,10 @@ eigenvalues): each row zeroes the term's sites of exactly its layers."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pandas as pd
 import pytest
 import torch
 
@@ -77,7 +81,7 @@ def test_the_position_rows_zero_each_example_s_own_position_in_a_batch_of_mixed_
     torch.manual_seed(0)
     lm = build_model(ModelConfig(preset="mamba3", vocab_size=task.vocab_size, d_model=16, max_len=int(batch.lengths.max())))
     term = terms.TERMS["two-token"]
-    table = terms.term_ablation(lm, batch, term).set_index("layers")["acc"]
+    table = terms.term_ablation(lm, batch, term).query("examples == 'all'").set_index("layers")["acc"]
     for role in ("key", "value", "query"):
         for at in (True, False):
             correct = 0
@@ -90,3 +94,66 @@ def test_the_position_rows_zero_each_example_s_own_position_in_a_batch_of_mixed_
                                          for name in terms.term_sites(lm, term).values()}):
                     correct += accuracy(lm, one)[0]
             assert table[f"0+1@{'' if at else 'not '}{role}"] == pytest.approx(correct / len(batch), abs=1.5 / len(batch))
+
+
+def test_atr_reads_the_controls_apart_by_key_value_distance(monkeypatch):
+    """Where the value does not always follow its key (ATR), the controls are read again on the adjacent and the
+    apart examples alone; on the apart ones also on the stretch key+1 … value: each row zeroes the term exactly
+    there, or exactly elsewhere, in the examples of its part. AR has the `all` rows only."""
+    task = make_task("atr", grammar="easy")
+    batch = task.sample(32, seed=2, split="test")
+    apart = batch.roles["value"] - batch.roles["key"] > 1
+    assert apart.any() and not apart.all()
+    torch.manual_seed(0)
+    lm = build_model(ModelConfig(preset="mamba3", vocab_size=task.vocab_size, d_model=16, max_len=int(batch.lengths.max())))
+    term = terms.TERMS["two-token"]
+    seen = []
+
+    def seen_and_accuracy(model, b, within):  # one forward of the whole padded part: the sites after the hooks
+        with within(b), record(model.sites(), [f"layers.{i}.{term.site}" for i in (0, 1)]) as acts, torch.no_grad():
+            model(b.tokens)
+        seen.append((b, [(a == 0).all(-1) for a in acts.values()]))  # per layer: [B_part, T], zero at a position
+        return 0, len(b)
+
+    monkeypatch.setattr(terms, "accuracy", seen_and_accuracy)
+    table = terms.term_ablation(lm, batch, term)
+    rows = {name: part.reset_index(drop=True) for name, part in table.groupby("examples")}
+    assert set(rows) == {"all", "adjacent", "apart"}
+    span = [f"0+1@{terms.SPAN}", f"0+1@not {terms.SPAN}"]
+    assert list(rows["apart"]["layers"]) == ["none", "0+1", "0+1@value", "0+1@not value", *span]
+    assert list(rows["adjacent"]["layers"]) == ["none", "0+1", "0+1@value", "0+1@not value"]
+    assert rows["adjacent"]["n"].eq(int((~apart).sum())).all() and rows["apart"]["n"].eq(int(apart.sum())).all()
+    first_apart = len(rows["all"]) + len(rows["adjacent"])
+    part, unablated = seen[first_apart]
+    assert torch.equal(part.tokens, batch.select(apart.nonzero()[:, 0]).tokens)
+    t = torch.arange(part.tokens.shape[1])[None]
+    stretch = (t > part.roles["key"][:, None]) & (t <= part.roles["value"][:, None])
+    for offset, where in ((4, stretch), (5, ~stretch)):
+        for layer in (0, 1):
+            assert torch.equal(seen[first_apart + offset][1][layer], where | unablated[layer])
+    ar_lm, ar_batch = lm_of("mamba3")
+    assert set(terms.term_ablation(ar_lm, ar_batch, term)["examples"]) == {"all"}
+
+
+ATR_MAMBA3 = Path(__file__).parents[2] / "results/cpu/modern-atr-mamba3/runs/preset-mamba3_lr-0.01_seed-0"
+
+
+@pytest.mark.skipif(not ATR_MAMBA3.exists(), reason="the committed modern-atr-mamba3 study is not in this checkout")
+def test_reread_terms_writes_the_committed_term_table_again_and_nothing_else(tmp_path):
+    """`runs.reread_terms` on a committed ATR run, read by its study's spec: its two-token table as committed (the
+    distance rows included), every other file as it was; a spec drawing other examples is refused."""
+    from mecheval.interventions.runs import reread_terms
+    from mecheval.study.presets import STUDIES
+
+    run = shutil.copytree(ATR_MAMBA3, tmp_path / "run", ignore=shutil.ignore_patterns(".lock", "*.png"))
+    term = run / terms.TWO_TOKEN
+    committed = pd.read_parquet(term)
+    assert {"adjacent", "apart"} <= set(committed["examples"])
+    committed.head(1).to_parquet(term)  # a stale table, as an earlier version wrote
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p != term}
+    spec = STUDIES["modern-atr"].readout(512)
+    assert reread_terms(run, spec.model_copy(update={"analyses": ["two-token"]})) == [terms.TWO_TOKEN]
+    pd.testing.assert_frame_equal(pd.read_parquet(term), committed)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p not in (term, run / ".lock")} == before
+    with pytest.raises(ValueError, match="other examples"):
+        reread_terms(run, spec.model_copy(update={"n": 64}))

@@ -101,3 +101,26 @@ def test_the_modern_block_reads_the_committed_mamba3_study_and_answers_from_it(t
     # with a conv, both readings of a seed side by side, and the answer for that variant too (its runs have both)
     assert "lagged taps zeroed: " in block and "), two-token term zeroed in layers 0+1" in block
     assert "mamba3 (d_conv 4): zeroing the two-token term in every layer" in block
+
+
+def test_the_controls_by_key_value_distance_are_averaged_over_seeds_in_words(tmp_path):
+    """ATR's tables also read the controls on the adjacent and the apart examples alone (`terms.term_ablation`):
+    the answer's sentence gives them averaged over the seeds; AR's (and older) tables add nothing."""
+    best = _best(tmp_path, [0.20, 0.30])
+    for i, (at, off) in enumerate([(0.40, 0.60), (0.50, 0.70)]):
+        run = tmp_path / f"s{i}"
+        table = pd.read_parquet(run / TWO_TOKEN).assign(examples="all")
+        parts = [("adjacent", 274 + i, [("none", 0.9), ("0+1", 0.3), ("0+1@value", at), ("0+1@not value", off)]),
+                 ("apart", 238 - i, [("none", 0.7), ("0+1", 0.2), ("0+1@value", 0.6), ("0+1@not value", 0.25),
+                                     ("0+1@key..value", at), ("0+1@not key..value", off - 0.4)])]
+        extra = [{"layers": k, "acc": a, "acc_lo": a, "acc_hi": a, "n": n, "examples": name}
+                 for name, n, rows in parts for k, a in rows]
+        pd.concat([table, pd.DataFrame(extra)]).to_parquet(run / TWO_TOKEN)
+    words = term_answer(best, "mamba3", TWO)[1]
+    assert words.endswith(
+        " By the key–value distance, on average over the seeds: where the value follows its key (274 examples a "
+        "seed): 0.90 → 0.30 in every layer; at the value alone 0.45, everywhere but the value 0.65; where they lie "
+        "apart (238 examples a seed): 0.70 → 0.20 in every layer; at the value alone 0.60, everywhere but the value "
+        "0.25, on the stretch key+1 … value alone 0.45, everywhere but that stretch 0.25.")
+    (tmp_path / "ar").mkdir()
+    assert "key–value distance" not in term_answer(_best(tmp_path / "ar", [0.20, 0.30]), "mamba3", TWO)[1]

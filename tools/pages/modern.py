@@ -1,6 +1,6 @@
-"""Today's mixers on AR (the `modern` study): per architecture and short conv, accuracy over seeds, the verdicts'
-shares, where key and value meet, and Mamba-3's question (RWKV-7's too): does one of the mixer's own terms (its
-two-token term, its rotation) play the short conv's role?
+"""Today's mixers on AR and ATR easy (the `modern` and `modern-atr` studies): per architecture and short conv,
+accuracy over seeds, the verdicts' shares, where key and value meet, and Mamba-3's question (RWKV-7's too): does
+one of the mixer's own terms (its two-token term, its rotation) play the short conv's role?
 
 Where key and value meet, per learned run (`meeting_words`), each reading the run has:
     short conv   the conv-window cell restoring most and the accuracy with that layer's taps of lag >= 1 zeroed
@@ -11,7 +11,8 @@ Where key and value meet, per learned run (`meeting_words`), each reading the ru
 The answer (`term_answer`), per term and architecture with its reading, over the learned seeds: the
 multi-bootstrap interval of the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays
 the conv's role (it binds key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads
-Mamba's conv taps.
+Mamba's conv taps. On ATR, where the value does not always follow its key, the answer's sentence adds the position
+controls read apart by that distance, averaged over the seeds (`distance_words`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.interventions.terms import AT, NOT, TERMS, Term
+from mecheval.interventions.terms import AT, NOT, SPAN, TERMS, Term
 from mecheval.interventions.verdict import NOT_LEARNED
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below, interval_over_seeds
 from mecheval.report.findings import conv_evidence
@@ -34,23 +35,35 @@ def term_read(run_dir: str | Path, term: Term) -> dict | None:
     """A run's table of `term` (two_token.parquet, rotary.parquet): the accuracy unablated and with the term zeroed
     in every layer (its interval and n), and the position controls: `alone` {role: accuracy with the term zeroed
     at that role's position alone}, `elsewhere` {role: everywhere but there}, in the table's order (tables
-    written before every role was read have the value's only); None where the analysis was not run or the model
-    has no such term."""
+    written before every role was read have the value's only); `by_distance` {`adjacent`, `apart`: the same read on
+    those examples alone (`terms.term_ablation`), with their `n`}, empty for AR and tables written before the
+    split; None where the analysis was not run or the model has no such term."""
     path = Path(run_dir) / term.file
     if not path.exists():
         return None
-    table = store_runs.table(path, TERM_COLUMNS).set_index("layers")
+    table = store_runs.table(path, TERM_COLUMNS)
+    by = table["examples"] if "examples" in table else pd.Series("all", index=table.index)  # before the split
+    parts = {name: part.set_index("layers") for name, part in table.groupby(by, sort=False)}
+    table = parts.pop("all")
     if len(table) < 2:
         return None
     whole = [layers for layers in table.index if layers != "none" and "@" not in layers]
     every = max(whole, key=lambda layers: layers.count("+"))  # "0+1": all layers at once
     cut = table.loc[every]
-    positions = {kind: {layers.removeprefix(every + prefix): float(table.loc[layers, "acc"]) for layers in table.index
-                        if layers.startswith(every + prefix) and (kind == "elsewhere") == layers.startswith(every + NOT)}
-                 for kind, prefix in (("alone", AT), ("elsewhere", NOT))}
     return {"acc": float(table.loc["none", "acc"]), "acc_lo": float(table.loc["none", "acc_lo"]),
             "acc_hi": float(table.loc["none", "acc_hi"]), "cut_acc": float(cut["acc"]), "cut_lo": float(cut["acc_lo"]),
-            "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every, **positions}
+            "cut_hi": float(cut["acc_hi"]), "cut_n": int(cut["n"]), "layers": every, **_controls(table, every),
+            "by_distance": {name: {"acc": float(part.loc["none", "acc"]), "cut_acc": float(part.loc[every, "acc"]),
+                                   "n": int(part.loc["none", "n"]), **_controls(part, every)}
+                            for name, part in parts.items()}}
+
+
+def _controls(table: pd.DataFrame, every: str) -> dict:
+    """{`alone`: {place: accuracy with the term zeroed there alone}, `elsewhere`: {place: everywhere but there}}
+    from a term table indexed by `layers`."""
+    return {kind: {layers.removeprefix(every + prefix): float(table.loc[layers, "acc"]) for layers in table.index
+                   if layers.startswith(every + prefix) and (kind == "elsewhere") == layers.startswith(every + NOT)}
+            for kind, prefix in (("alone", AT), ("elsewhere", NOT))}
 
 
 def positions_words(alone: dict[str, float], elsewhere: dict[str, float]) -> str:
@@ -127,7 +140,29 @@ def term_answer(best: pd.DataFrame, arch: str, term: Term) -> tuple[str, str]:
     return status, (f"{arch}: zeroing the {term.words} in every layer takes accuracy from {base:.2f} to "
                     f"{mean:.2f} [{lo:.2f}, {hi:.2f}] (multi-bootstrap over seeds and examples) over its {len(reads)} "
                     f"learned seed{'s' if len(reads) > 1 else ''} ({seeds}; of {len(runs)}), below {POOR_ACC:g} in "
-                    f"{broken} of them by its own interval: {why}.{control}{left_out}")
+                    f"{broken} of them by its own interval: {why}.{control}{distance_words([r for _, r in reads])}"
+                    f"{left_out}")
+
+
+DISTANCES = {"adjacent": "where the value follows its key", "apart": "where they lie apart"}
+PLACES = {("alone", "value"): "at the value alone", ("elsewhere", "value"): "everywhere but the value",
+          ("alone", SPAN): "on the stretch key+1 … value alone", ("elsewhere", SPAN): "everywhere but that stretch"}
+
+
+def distance_words(reads: list[dict]) -> str:
+    """The position controls read apart by the key–value distance (`term_read`'s `by_distance`), averaged over the
+    runs, in words; `` where a run lacks them (AR, tables written before the split)."""
+    names = [name for name in DISTANCES if reads and all(name in r["by_distance"] for r in reads)]
+    if not names:
+        return ""
+    parts = []
+    for name in names:
+        mean = lambda get, name=name: sum(get(r["by_distance"][name]) for r in reads) / len(reads)  # noqa: E731
+        controls = ", ".join(f"{PLACES[kind, place]} {mean(lambda d: d[kind][place]):.2f}"
+                             for place in reads[0]["by_distance"][name]["alone"] for kind in ("alone", "elsewhere"))
+        parts.append(f"{DISTANCES[name]} ({mean(lambda d: d['n']):.0f} examples a seed): {mean(lambda d: d['acc']):.2f}"
+                     f" → {mean(lambda d: d['cut_acc']):.2f} in every layer; {controls}")
+    return f" By the key–value distance, on average over the seeds: {'; '.join(parts)}."
 
 
 def modern_rows(summary: pd.DataFrame, best: pd.DataFrame) -> list[dict]:

@@ -86,12 +86,11 @@ def compute_readout(
     if batch.answer.dim() == 1:  # per example, so that runs read on these examples compare like for like
         out["examples"] = example_table(correct, batch, masks)
     role = spec.analysed_role
-    outside = batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
+    outside = outside_of(batch, masks)
     if "conv-window" in spec.analyses and short_convs(lm):
         window = out["conv_window"] = conv_window(lm, task, outside, corrupt=role, seed=spec.seed)
         out["conv_ablation"] = conv_ablation(lm, outside)
-    out["terms"] = {name: term_ablation(lm, outside, term) for name, term in TERMS.items()
-                    if name in spec.analyses and term_sites(lm, term)}
+    out["terms"] = term_tables(lm, outside, spec.analyses)
     if spec.labelled:
         accuracy = Accuracy(out["accuracy"], task.chance_accuracy)
         out["verdict"], out["carriers"], out["pointer"] = read_with_controls(
@@ -104,6 +103,17 @@ def compute_readout(
         else:
             on_note("the state analysis is skipped: the model did not learn the task (its readout would be noise)")
     return Readout(spec=spec, **out)
+
+
+def outside_of(batch, masks: dict):
+    """The examples the analyses read: those outside the conv reach (`artefact.subsets`), all where none is."""
+    return batch.select(masks["outside"].nonzero()[:, 0]) if masks["outside"].any() else batch
+
+
+def term_tables(lm, outside, analyses) -> dict:
+    """{analysis: its `term_ablation` table} for each term analysis among `analyses` that the model has."""
+    return {name: term_ablation(lm, outside, term) for name, term in TERMS.items()
+            if name in analyses and term_sites(lm, term)}
 
 
 def interventions_table(lm, task, batch, masks: dict, spec: ReadoutSpec) -> pd.DataFrame:

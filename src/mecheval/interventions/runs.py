@@ -34,7 +34,8 @@ from mecheval.interventions.artefact import subsets
 from mecheval.interventions.pointer import POINTER
 from mecheval.interventions.plots import conv_window_heatmap, heatmap, layer_profile, state_curve_plot
 from mecheval.interventions.readout import (PROMPT_FIELDS, READ_SETTINGS, Readout, compute_readout, pointer_at,
-                                            print_note, prompts_read, read_settings, read_verdict)
+                                            outside_of, print_note, prompts_read, read_settings, read_verdict,
+                                            term_tables)
 from mecheval.interventions.spec import VERDICT_ROLE, ReadoutSpec
 from mecheval.interventions.terms import TERMS
 from mecheval.interventions.verdict import JOINT, LABELS, Accuracy, Verdict
@@ -226,6 +227,26 @@ def recheck_run(readout_dir: Path, run_dir: Path, spec: ReadoutSpec) -> bool:
         write_table(readout_dir, POINTER, pointer)
     _relabel(readout_dir, spec.min_effect, task.chance_accuracy, prompts)
     return True
+
+
+@run_locked
+def reread_terms(run_dir: Path, spec: ReadoutSpec) -> list[str]:
+    """Computes a run's term tables again (`spec.analyses` among `terms.TERMS`) on the examples its readout read,
+    its other readouts left as they are: for a term table whose code changed since (no verdict reads one) ->
+    the files written. ValueError where the run's readout read other examples than `spec` draws (its
+    examples.parquet: another n, seed or split, or prompts seen in training)."""
+    from mecheval import load_run
+
+    lm, task, cfg = load_run(run_dir)
+    batch, _ = unseen_sample(task, spec.n, spec.seed, spec.split, _trained_on(run_dir, cfg))
+    examples = _optional(Path(run_dir) / EXAMPLES)
+    if examples is None or examples["id"].tolist() != example_ids(batch):
+        raise ValueError(f"{run_dir}: its readout read other examples than n={spec.n}, seed={spec.seed}, "
+                         f"split={spec.split!r} draw: read it again (`intervene_run`)")
+    tables = term_tables(lm, outside_of(batch, subsets(lm, batch)), spec.analyses)
+    for name, table in tables.items():
+        write_table(Path(run_dir), TERMS[name].file, table)
+    return [TERMS[name].file for name in tables]
 
 
 def verdict_is_current(run_dir: Path) -> bool:

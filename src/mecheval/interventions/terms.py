@@ -20,9 +20,16 @@ each role with one position per example (AR: key, value, sep, query). If the ter
 position, zeroing it there alone breaks retrieval as zeroing it everywhere does, and zeroing it everywhere else
 does not: for a two-token term that is the value's position (where the previous token is the key: the one write
 that binds them); for the rotation, the key's step (the angle that sets the key apart from the token before it,
-as a later position sees them). Columns: `layers, acc, acc_lo, acc_hi, n`: `layers` is `none` (the unablated
-model), `0`, `1`, `0+1`, then `0+1@key`, `0+1@not key`, `0+1@value`, ... per role; only `none` for a model
-without the site.
+as a later position sees them). Columns: `layers, acc, acc_lo, acc_hi, n, examples`: `layers` is `none` (the
+unablated model), `0`, `1`, `0+1`, then `0+1@key`, `0+1@not key`, `0+1@value`, ... per role; only `none` for a
+model without the site; `examples` is `all` for these rows.
+
+Where the value does not always follow its key (ATR: a dependency tree's head and its child lie 1 to ~20 tokens
+apart), the value's position is where the key sits one token back only in some examples, so the controls are also
+read apart by that distance (`examples`): `adjacent` (value = key + 1) has `none`, `0+1`, `0+1@value`, `0+1@not
+value`; `apart` (value > key + 1) those and `0+1@key..value`, `0+1@not key..value` (SPAN: the positions key + 1 …
+value, where the term carries a token of the stretch from the key to its value). A term that binds the pair along
+that stretch breaks retrieval zeroed on it and not zeroed everywhere else. AR (always adjacent) has no such rows.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ TERMS = {t.analysis: t for t in (
 )}
 TWO_TOKEN = TERMS["two-token"].file  # a run's two-token table (`intervene_run`'s `two-token` analysis)
 AT, NOT = "@", "@not "  # the position rows' suffixes: `0+1@key`, `0+1@not key`
+SPAN = "key..value"  # the positions key + 1 … value (module docstring)
 
 
 def term_sites(lm: LM, term: Term) -> dict[int, str]:
@@ -70,27 +78,53 @@ def term_sites(lm: LM, term: Term) -> dict[int, str]:
 def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
     """The ablation table of `term` (module docstring)."""
     sites = term_sites(lm, term)
+    names = list(sites.values())
     every = "+".join(map(str, sites))
-    groups = {"none": ([], None, True)} | ({every: (list(sites.values()), None, True)} if len(sites) > 1 else {})
+    groups = {"none": ([], None, True)} | ({every: (names, None, True)} if len(sites) > 1 else {})
     groups |= {str(i): ([name], None, True) for i, name in sites.items()}
-    for role, pos in batch.roles.items() if sites else ():
-        if pos.dim() == 1:  # one position per example: the position control
-            groups |= {every + AT + role: (list(sites.values()), role, True),
-                       every + NOT + role: (list(sites.values()), role, False)}
+    roles = [role for role, pos in batch.roles.items() if pos.dim() == 1] if sites else []  # one position per example
+    table = _rows(lm, batch, groups | _controls(every, names, roles)).assign(examples="all")
+    apart = _apart(batch) if sites else None
+    if apart is None or apart.all() or not apart.any():
+        return table
+    whole = {"none": ([], None, True), every: (names, None, True)}
+    parts = [_rows(lm, batch.select(which.nonzero()[:, 0]), whole | _controls(every, names, places)).assign(examples=name)
+             for name, which, places in (("adjacent", ~apart, ["value"]), ("apart", apart, ["value", SPAN]))]
+    return pd.concat([table, *parts], ignore_index=True)
+
+
+def _controls(every: str, names: list[str], places: list[str]) -> dict:
+    """The position controls' groups: the term zeroed in every layer at each place alone, and everywhere but there."""
+    return {every + (AT if at else NOT) + place: (names, place, at) for place in places for at in (True, False)}
+
+
+def _apart(batch: Batch) -> torch.Tensor | None:
+    """[B] bool: the value lies more than one token after its key; None for a task without one key and value each."""
+    key, value = batch.roles.get("key"), batch.roles.get("value")
+    if key is None or value is None or key.dim() != 1 or value.dim() != 1:
+        return None
+    return value - key > 1
+
+
+def _rows(lm: LM, batch: Batch, groups: dict) -> pd.DataFrame:
+    """One row per group {layers: (site names zeroed, place or None, at)}: the accuracy with its interval."""
     rows = []
-    for layers, (names, role, at) in groups.items():
-        k, n = accuracy(lm, batch, lambda group: attach(lm.sites(), dict.fromkeys(names, _zeroed(group, role, at))))
+    for layers, (names, place, at) in groups.items():
+        k, n = accuracy(lm, batch, lambda group: attach(lm.sites(), dict.fromkeys(names, _zeroed(group, place, at))))
         lo, hi = accuracy_interval(k, n)
         rows.append({"layers": layers, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
     return pd.DataFrame(rows)
 
 
-def _zeroed(group: Batch, role: str | None, at: bool):
-    """The site function for one length group (`accuracy`'s): zeroing the term everywhere (`role` None), at
-    `role`'s position (`at`) or everywhere but there (x [B_group, T_group, D_i])."""
-    if role is None:
+def _zeroed(group: Batch, place: str | None, at: bool):
+    """The site function for one length group (`accuracy`'s): zeroing the term everywhere (`place` None), at
+    `place` (a role's position, or SPAN) or everywhere but there (x [B_group, T_group, D_i])."""
+    if place is None:
         return torch.zeros_like
-    where = torch.zeros(group.tokens.shape, dtype=torch.bool)
-    where[torch.arange(len(group)), group.roles[role]] = True  # [B_group, T_group]
+    t = torch.arange(group.tokens.shape[1])[None]  # [1, T_group]
+    if place == SPAN:
+        where = (t > group.roles["key"][:, None]) & (t <= group.roles["value"][:, None])
+    else:
+        where = t == group.roles[place][:, None]  # [B_group, T_group]
     where = where if at else ~where
     return lambda x: x.masked_fill(where[..., None].to(x.device), 0.0)
