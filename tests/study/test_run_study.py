@@ -278,6 +278,34 @@ def test_a_repatch_leaves_the_analyses_kept_and_keep_alone_is_refused(tiny_study
         assert refused.exit_code == 2 and words in refused.output
 
 
+def test_relabel_terms_rereads_only_the_term_tables_of_the_runs_with_weights(tiny_study, tmp_path, monkeypatch):
+    """`mecheval relabel STUDY --terms`: each run with weights has its term tables computed again with the study's
+    readout settings (`reread_terms`), nothing patched or decided anew; a run without weights is left as it is;
+    --terms beside --repatch, or outside a study: one line, exit 2."""
+    from typer.testing import CliRunner
+
+    from mecheval.cli import app
+    from mecheval.study import run as study_run
+
+    monkeypatch.setitem(study_run.STUDIES, TINY.name, TINY)
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study[0], out)
+    runs = sorted(p.parent for p in out.glob("runs/*/interventions.parquet"))
+    (runs[0] / "model.safetensors").unlink()
+    calls, patched = [], []
+    monkeypatch.setattr(study_run, "reread_terms", lambda run_dir, spec: calls.append((run_dir.name, spec.n, spec.split)))
+    monkeypatch.setattr(study_run, "_intervene", lambda *args, **kwargs: patched.append(args))
+    monkeypatch.setattr(study_run, "relabel_run", lambda *args, **kwargs: patched.append(args))
+    result = CliRunner().invoke(app, ["relabel", str(out), "--terms"])
+    assert result.exit_code == 0, result.output
+    n = json.loads((out / "study.json").read_text())["n_examples"]
+    assert calls == [(run.name, n, "test") for run in runs[1:]] and len(runs) > 1 and not patched
+    for where, args, words in ((out, ["--terms", "--repatch"], "--terms goes alone"),
+                               (out / "runs", ["--terms"], "--terms read a study's readout settings")):
+        refused = CliRunner().invoke(app, ["relabel", str(where), *args])
+        assert refused.exit_code == 2 and words in refused.output
+
+
 def test_a_run_committed_without_weights_is_decided_from_its_tables_on_a_repatch(tiny_study, tmp_path, monkeypatch, capsys):
     """A repatch or recheck loads weights; a run committed without them (one that did not learn) is decided anew
     from its tables instead and named in one line, the others patched as asked."""

@@ -23,7 +23,7 @@ from mecheval.errors import describe
 from mecheval.interventions.accuracy import EXAMPLES
 from mecheval.interventions.patching import N_EXAMPLES
 from mecheval.interventions.runs import (has_valid_verdict, intervene_run, read_verdict_file, recheck_run, relabel_run,
-                                         split_dir, task_chance, verdict_is_current, write_examples)
+                                         reread_terms, split_dir, task_chance, verdict_is_current, write_examples)
 from mecheval.interventions.timeline import timeline
 from mecheval.training.run_dir import RunDir, snapshot_steps
 from mecheval.report import Report, build_report
@@ -138,7 +138,8 @@ def run_study(
 RECHECK_KEEPS = ("state",)  # analyses a recheck's re-patch leaves as they were (the state readout: minutes per ATR run)
 
 
-def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False, keep: tuple[str, ...] = ()) -> Report:
+def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False, keep: tuple[str, ...] = (),
+                  terms: bool = False) -> Report:
     """Every intervened run of the study in `out` decided anew by the current verdict rules from its tables
     (`interventions.runs.relabel_run`, the study's `min_effect`), then its report rebuilt; nothing retrained
     or re-patched. repatch: instead run every intervened run's interventions again with the study's settings
@@ -147,7 +148,9 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False,
     controls the tables lack (`recheck_run`: the pointer control, which prompts were seen in training), the
     runs whose readouts read prompts seen in training patched again on unseen ones (their state readouts, which
     no verdict reads, kept: RECHECK_KEEPS). A run committed without its weights (one that did not learn) is decided
-    anew from its tables either way, and says so. Runs intervened before
+    anew from its tables either way, and says so. terms: instead the term analyses' tables only computed again
+    on each run's own readout examples (`reread_terms`; seconds per run; no verdict reads them), the rest as it
+    was. Runs intervened before
     per-example tables existed get their examples.parquet (`write_examples`: one forward pass on the study's examples)."""
     out = Path(out)
     meta = read_json_object(out / studies.STUDY_JSON, {"preset": str, "n_examples": int})
@@ -157,7 +160,10 @@ def relabel_study(out: str | Path, repatch: bool = False, recheck: bool = False,
         for split in ("test", *study.splits):
             readouts = _readout_dir(run_dir, split)
             if (readouts / "interventions.parquet").exists():
-                if (repatch or recheck) and not weights:
+                if terms:
+                    if weights and split == "test":  # the term analyses read the test split only (`Study.readout`)
+                        reread_terms(run_dir, study.readout(meta["n_examples"], split))
+                elif (repatch or recheck) and not weights:
                     tqdm.write(f"{run_dir.name}: decided from its tables (committed without its weights: `mecheval "
                                f"reproduce {run_dir} --restore` brings them back)", file=sys.stderr)
                     relabel_run(readouts, study.min_effect, task_chance(run_dir))
