@@ -80,14 +80,13 @@ def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
     sites = term_sites(lm, term)
     names = list(sites.values())
     every = "+".join(map(str, sites))
-    groups = {"none": ([], None, True)} | ({every: (names, None, True)} if len(sites) > 1 else {})
-    groups |= {str(i): ([name], None, True) for i, name in sites.items()}
+    whole = {"none": ([], None)} | ({every: (names, None)} if sites else {})
+    layers = {str(i): ([name], None) for i, name in sites.items()}
     roles = [role for role, pos in batch.roles.items() if pos.dim() == 1] if sites else []  # one position per example
-    table = _rows(lm, batch, groups | _controls(every, names, roles)).assign(examples="all")
+    table = _rows(lm, batch, whole | layers | _controls(every, names, roles)).assign(examples="all")
     apart = _apart(batch) if sites else None
     if apart is None or apart.all() or not apart.any():
         return table
-    whole = {"none": ([], None, True), every: (names, None, True)}
     parts = [_rows(lm, batch.select(which.nonzero()[:, 0]), whole | _controls(every, names, places)).assign(examples=name)
              for name, which, places in (("adjacent", ~apart, ["value"]), ("apart", apart, ["value", SPAN]))]
     return pd.concat([table, *parts], ignore_index=True)
@@ -95,7 +94,7 @@ def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
 
 def _controls(every: str, names: list[str], places: list[str]) -> dict:
     """The position controls' groups: the term zeroed in every layer at each place alone, and everywhere but there."""
-    return {every + (AT if at else NOT) + place: (names, place, at) for place in places for at in (True, False)}
+    return {every + (AT if at else NOT) + place: (names, (place, at)) for place in places for at in (True, False)}
 
 
 def _apart(batch: Batch) -> torch.Tensor | None:
@@ -107,24 +106,27 @@ def _apart(batch: Batch) -> torch.Tensor | None:
 
 
 def _rows(lm: LM, batch: Batch, groups: dict) -> pd.DataFrame:
-    """One row per group {layers: (site names zeroed, place or None, at)}: the accuracy with its interval."""
+    """One row per group {layers: (site names zeroed, where: None (everywhere) or (place, at))}: the accuracy with
+    its interval."""
     rows = []
-    for layers, (names, place, at) in groups.items():
-        k, n = accuracy(lm, batch, lambda group: attach(lm.sites(), dict.fromkeys(names, _zeroed(group, place, at))))
+    for layers, (names, where) in groups.items():
+        k, n = accuracy(lm, batch, lambda group: attach(lm.sites(), dict.fromkeys(names, _zeroed(group, where))))
         lo, hi = accuracy_interval(k, n)
         rows.append({"layers": layers, "acc": k / n, "acc_lo": lo, "acc_hi": hi, "n": n})
     return pd.DataFrame(rows)
 
 
-def _zeroed(group: Batch, place: str | None, at: bool):
-    """The site function for one length group (`accuracy`'s): zeroing the term everywhere (`place` None), at
-    `place` (a role's position, or SPAN) or everywhere but there (x [B_group, T_group, D_i])."""
-    if place is None:
+def _zeroed(group: Batch, where: tuple[str, bool] | None):
+    """The site function for one length group (`accuracy`'s): zeroing the term everywhere (`where` None), or, for
+    (place, at), at `place` (a role's position, or SPAN) if `at`, else everywhere but there (x [B_group, T_group,
+    D_i])."""
+    if where is None:
         return torch.zeros_like
+    place, at = where
     t = torch.arange(group.tokens.shape[1])[None]  # [1, T_group]
     if place == SPAN:
-        where = (t > group.roles["key"][:, None]) & (t <= group.roles["value"][:, None])
+        mask = (t > group.roles["key"][:, None]) & (t <= group.roles["value"][:, None])
     else:
-        where = t == group.roles[place][:, None]  # [B_group, T_group]
-    where = where if at else ~where
-    return lambda x: x.masked_fill(where[..., None].to(x.device), 0.0)
+        mask = t == group.roles[place][:, None]  # [B_group, T_group]
+    mask = mask if at else ~mask
+    return lambda x: x.masked_fill(mask[..., None].to(x.device), 0.0)
