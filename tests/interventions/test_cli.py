@@ -188,7 +188,7 @@ def test_relabel_outside_a_study_decides_each_run_anew_and_says_what_changed(tmp
     assert result.output.strip() == f"{run}: {verdict['verdict']} (was mixed)"
     assert json.loads((run / "verdict.json").read_text())["rules"] == VERDICT_RULES
     refused = CliRunner().invoke(app, ["relabel", str(tmp_path / "sweep"), "--recheck"])
-    assert refused.exit_code == 2 and "--repatch and --recheck read a study's readout settings" in refused.output
+    assert refused.exit_code == 2 and "--repatch, --recheck and --terms read a study's readout settings" in refused.output
     (tmp_path / "empty").mkdir()
     empty = CliRunner().invoke(app, ["relabel", str(tmp_path / "empty")])
     assert empty.exit_code == 2 and "neither a finished run directory nor" in empty.output
