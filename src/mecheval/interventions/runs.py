@@ -217,8 +217,7 @@ def recheck_run(readout_dir: Path, run_dir: Path, spec: ReadoutSpec) -> bool:
     readout_dir = Path(readout_dir)
     lm, task, cfg = load_run(run_dir)
     batch, prompts = prompts_read(lm, task, spec.n, spec.seed, spec.split, _trained_on(run_dir, cfg))
-    examples = _optional(readout_dir / EXAMPLES)
-    if examples is None or batch.answer.dim() != 1 or examples["id"].tolist() != example_ids(batch):
+    if batch.answer.dim() != 1 or not _read_on(readout_dir, batch):
         return False
     old = read_verdict_file(readout_dir)
     pointer = None if old["verdict"] == "not learned" else pointer_at(lm, task, batch, subsets(lm, batch), old["site"],
@@ -233,20 +232,25 @@ def recheck_run(readout_dir: Path, run_dir: Path, spec: ReadoutSpec) -> bool:
 def reread_terms(run_dir: Path, spec: ReadoutSpec) -> list[str]:
     """Computes a run's term tables again (`spec.analyses` among `terms.TERMS`) on the examples its readout read,
     its other readouts left as they are: for a term table whose code changed since (no verdict reads one) ->
-    the files written. ValueError where the run's readout read other examples than `spec` draws (its
+    the files written. ReadoutKindError (a ValueError) where the run's readout read other examples than `spec` draws (its
     examples.parquet: another n, seed or split, or prompts seen in training)."""
     from mecheval import load_run
 
     lm, task, cfg = load_run(run_dir)
     batch, _ = unseen_sample(task, spec.n, spec.seed, spec.split, _trained_on(run_dir, cfg))
-    examples = _optional(Path(run_dir) / EXAMPLES)
-    if examples is None or examples["id"].tolist() != example_ids(batch):
-        raise ValueError(f"{run_dir}: its readout read other examples than n={spec.n}, seed={spec.seed}, "
-                         f"split={spec.split!r} draw: read it again (`intervene_run`)")
+    if not _read_on(run_dir, batch):
+        raise ReadoutKindError(f"{run_dir}: its readout read other examples than n={spec.n}, seed={spec.seed}, "
+                               f"split={spec.split!r} draw: read it again (`intervene_run`)")
     tables = term_tables(lm, outside_of(batch, subsets(lm, batch)), spec.analyses)
     for name, table in tables.items():
         write_table(Path(run_dir), TERMS[name].file, table)
     return [TERMS[name].file for name in tables]
+
+
+def _read_on(readout_dir: Path, batch) -> bool:
+    """The readout in `readout_dir` was read on exactly `batch`'s examples (its examples.parquet, in order)."""
+    examples = _optional(Path(readout_dir) / EXAMPLES)
+    return examples is not None and examples["id"].tolist() == example_ids(batch)
 
 
 def verdict_is_current(run_dir: Path) -> bool:
