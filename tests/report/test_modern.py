@@ -82,6 +82,26 @@ def test_where_key_and_value_meet_names_the_ablation_and_its_numbers(tmp_path):
     assert row["accuracy [95%]"] == "0.99 [0.98, 1.00]"
 
 
+def test_without_a_conv_or_a_term_the_state_says_how_far_each_layer_carries_the_key(tmp_path):
+    """A mixer with neither (Gated DeltaNet without its conv): the state readout in words, per layer; a run with a
+    conv or a term reading keeps those alone."""
+    def rows(layer, attribs, last):
+        out = [{"layer": layer, "align": "key", "offset": o, "direction": "sufficiency", "attrib": a,
+                "attrib_lo": a - 0.05, "attrib_hi": a + 0.05, "n": 200} for o, a in enumerate(attribs)]
+        return out + [{"layer": layer, "align": "answer", "offset": -1, "direction": "sufficiency", "attrib": last,
+                       "attrib_lo": last - 0.05, "attrib_hi": last + 0.05, "n": 512}]
+
+    run = tmp_path / "no-conv"
+    run.mkdir()
+    pd.DataFrame(rows(0, [0.89, 0.17, 0.01, 0.0], -0.001) + rows(1, [0.1, 0.86, 0.99, 1.0], 1.0)).to_parquet(
+        run / "state_curve.parquet")
+    assert meeting_words(str(run)) == (
+        "recurrent state: layer 0's state carries the key after key+0 alone (restores up to 0.89), 0.00 before the "
+        "answer; layer 1's state carries the key from key+1 to key+3 (restores up to 1.00), 1.00 before the answer")
+    term = _run(tmp_path, "no-conv", 0.03)  # the same run with a term read: the term's words alone
+    assert meeting_words(term).startswith("two-token term zeroed") and "state" not in meeting_words(term)
+
+
 def test_the_modern_block_reads_the_committed_mamba3_study_and_answers_from_it(tmp_path):
     """The page block on results/cpu/modern-mamba3: a row per variant and the answer, its numbers from the files."""
     from pathlib import Path

@@ -589,8 +589,8 @@ def study_section(root: Path, study: Path, page: Path) -> str:
     every = every[every["status"] == "done"]
     states = state_table(every)
     if not states.empty:
-        out += ["What the recurrent state carries (per layer: where the association enters the state, the most "
-                "it restores, and what it carries when the answer is read):", "",
+        out += ["What the recurrent state carries (per layer: where the association enters the state, how far on "
+                "it holds it, the most it restores, and what it carries when the answer is read):", "",
                 _markdown(states.astype(str).to_dict("records")), ""]
     fit = fit_table(every)
     if any_fits_only(fit):

@@ -8,6 +8,8 @@ Where key and value meet, per learned run (`meeting_words`), each reading the ru
     a term       the mixer's term (`interventions.terms.TERMS`: Mamba-3's two-token term and rotation, RWKV-7's
                  token shift) zeroed in every layer, and as its control at the value position alone and
                  everywhere but there (where the table has them)
+    the state    where neither is read (no conv, no term of its own): what each layer's recurrent state carries of
+                 the key, from where to where (`state_words`: a state that carries it one token on is a shift)
 The answer (`term_answer`), per term and architecture with its reading, over the learned seeds: the
 multi-bootstrap interval of the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays
 the conv's role (it binds key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mecheval.interventions.state_readout import COLUMNS as STATE_COLUMNS, state_summary
 from mecheval.interventions.terms import AT, NOT, SPAN, TERMS, Term
 from mecheval.interventions.verdict import NOT_LEARNED
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below, interval_over_seeds
@@ -76,9 +79,25 @@ def positions_words(alone: dict[str, float], elsewhere: dict[str, float]) -> str
     return f" (at one position alone: {', '.join(f'{role} {acc:.2f}' for role, acc in alone.items())}{rest})"
 
 
+def state_words(run_dir: str) -> str:
+    """What each layer's recurrent state carries of the key (`state_summary`: from where to where it restores at
+    least half its most, that most, and what is left before the answer), in words; `` without a state readout."""
+    path = Path(run_dir) / "state_curve.parquet"
+    if not path.exists():
+        return ""
+    parts = []
+    for _, s in state_summary(store_runs.table(path, STATE_COLUMNS)).iterrows():
+        span = (f"after key+{s['enters']:.0f} alone" if s["held"] == s["enters"]
+                else f"from key+{s['enters']:.0f} to key+{s['held']:.0f}")
+        parts.append(f"layer {s['layer']:.0f}'s state carries the key {span} (restores up to {s['peak']:.2f}), "
+                     f"{round(s['last'], 2) + 0.0:.2f} before the answer")
+    return f"recurrent state: {'; '.join(parts)}" if parts else ""
+
+
 def meeting_words(run_dir: str) -> str:
     """Where key and value meet in one learned run, in words with its numbers, each analysis the run has (a short
-    conv's, each term's); `–` where none says."""
+    conv's, each term's); where none has (a mixer without a conv or a term of its own), what each layer's state
+    carries of the key (`state_words`); `–` where nothing says."""
     words = []
     conv = conv_evidence(run_dir)
     if conv is not None:
@@ -89,7 +108,7 @@ def meeting_words(run_dir: str) -> str:
         if read is not None:
             words.append(f"{term.words} zeroed in layers {read['layers']}: {read['acc']:.2f} → "
                          f"{read['cut_acc']:.2f}{positions_words(read['alone'], read['elsewhere'])}")
-    return ", ".join(words) or "–"
+    return ", ".join(words) or state_words(run_dir) or "–"
 
 
 def term_archs(best: pd.DataFrame, term: Term) -> list[str]:

@@ -78,10 +78,12 @@ def state_curve(
 
 def state_summary(curve: pd.DataFrame, min_n: int = MIN_EXAMPLES) -> pd.DataFrame:
     """Per layer whose state restores anything, from the sufficiency rows: `enters` (the first offset from
-    the key whose state restores at least half of the layer's most), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the
-    state just before the answer is read, offset −1 from it, with `last_lo`, `last_hi`, `last_n`). Offsets
-    from the key that fewer than `min_n` examples reach (the far ones, on ATR) are left out of `enters` and
-    `peak`: one example's ratio is no reading."""
+    the key whose state restores at least half of the layer's most), `held` (the last offset of the run from
+    `enters` on that keeps at least that half: a state that holds the key one token, as a shift or a conv of
+    two would, has held == enters), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the state just
+    before the answer is read, offset −1 from it, with `last_lo`, `last_hi`, `last_n`). Offsets from the key
+    that fewer than `min_n` examples reach (the far ones, on ATR) are left out of `enters`, `held` and `peak`:
+    one example's ratio is no reading."""
     suff = curve[curve["direction"] == "sufficiency"]
     rows = []
     for layer, part in suff.groupby("layer"):
@@ -92,8 +94,11 @@ def state_summary(curve: pd.DataFrame, min_n: int = MIN_EXAMPLES) -> pd.DataFram
         if not (key["attrib"] > 0).any():  # nothing restored anywhere (e.g. a model that did not learn)
             continue
         best, end = key.loc[key["attrib"].idxmax()], last.iloc[0]
+        half = (key["attrib"] >= best["attrib"] / 2).to_numpy()
+        first = int(half.argmax())
+        held = first + (int((~half[first:]).argmax()) if not half[first:].all() else len(half) - first) - 1
         rows.append({
-            "layer": int(layer), "enters": int(key[key["attrib"] >= best["attrib"] / 2]["offset"].iloc[0]),
+            "layer": int(layer), "enters": int(key["offset"].iloc[first]), "held": int(key["offset"].iloc[held]),
             "peak": best["attrib"], "peak_lo": best["attrib_lo"], "peak_hi": best["attrib_hi"],
             "last": end["attrib"], "last_lo": end["attrib_lo"], "last_hi": end["attrib_hi"], "last_n": int(end["n"]),
         })

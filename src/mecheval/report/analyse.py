@@ -257,8 +257,8 @@ def formation_table(best: pd.DataFrame, evidence: dict[str, dict]) -> pd.DataFra
 
 def state_table(best: pd.DataFrame) -> pd.DataFrame:
     """Per best-lr run that learned the task, with a state readout (state_curve.parquet), and per layer: where
-    the association enters the state, how much it restores there, and how much the state carries when the
-    answer is read."""
+    the association enters the state, how far on it keeps it (`state_summary`'s `held`), how much it restores,
+    and how much the state carries when the answer is read."""
     rows = []
     for _, r in best.iterrows():
         path = Path(str(r.get("run_dir"))) / "state_curve.parquet"
@@ -266,7 +266,8 @@ def state_table(best: pd.DataFrame) -> pd.DataFrame:
             continue
         for _, s in state_summary(store_runs.table(path, STATE_COLUMNS)).iterrows():
             rows.append({"arch": r["arch"], "seed": r["seed"], "mechanism": r.get("verdict"), "layer": int(s["layer"]),
-                         "enters at": f"key+{int(s['enters'])}", "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
+                         "enters at": f"key+{int(s['enters'])}",
+                         "held to": f"key+{int(s['held'])}", "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
                          "before the answer": with_interval(s["last"], s["last_lo"], s["last_hi"]), "n": int(s["last_n"])})
     return pd.DataFrame(rows)
 
