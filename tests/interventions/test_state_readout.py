@@ -42,7 +42,7 @@ def test_summary_finds_where_the_association_enters_and_what_is_left_at_the_answ
               "attrib_lo": 2.9, "attrib_hi": 2.9, "n": 1}]  # that far from its key: no reading, not the peak
     rows += [{"layer": 1, "align": "answer", "offset": -1, "direction": "sufficiency", "attrib": 0.7,
               "attrib_lo": 0.6, "attrib_hi": 0.8, "n": 10}]
-    shift = [{**r, "layer": 2, "attrib": a, "attrib_lo": a - 0.1, "attrib_hi": a + 0.1}  # the key held one token,
+    shift = [{**r, "layer": 2, "attrib": a, "attrib_lo": a - 0.1, "attrib_hi": a + 0.1}  # the key held right after it alone,
              for r, a in zip(rows, [0.8, 0.2, 0.5, 0.0, 0.0, 0.0, 0.0])]  # a later rise is not that run
     rows += [{**r, "layer": 0, "attrib": -0.01} for r in rows]  # a layer whose state restores nothing: left out
     s = state_summary(pd.DataFrame(rows + shift))

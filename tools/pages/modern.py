@@ -9,7 +9,7 @@ Where key and value meet, per learned run (`meeting_words`), each reading the ru
                  token shift) zeroed in every layer, and as its control at the value position alone and
                  everywhere but there (where the table has them)
     the state    where neither is read (no conv, no term of its own): what each layer's recurrent state carries of
-                 the key, from where to where (`state_words`: a state that carries it one token on is a shift)
+                 the key, from where to where (`state_words`)
 The answer (`term_answer`), per term and architecture with its reading, over the learned seeds: the
 multi-bootstrap interval of the accuracy with the term zeroed in every layer. Wholly below POOR_ACC: the term plays
 the conv's role (it binds key and value); at or above HIGH_ACC: it does not; else inconclusive. The same rule reads

@@ -79,8 +79,8 @@ def state_curve(
 def state_summary(curve: pd.DataFrame, min_n: int = MIN_EXAMPLES) -> pd.DataFrame:
     """Per layer whose state restores anything, from the sufficiency rows: `enters` (the first offset from
     the key whose state restores at least half of the layer's most), `held` (the last offset of the run from
-    `enters` on that keeps at least that half: a state that holds the key one token, as a shift or a conv of
-    two would, has held == enters), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the state just
+    `enters` on that keeps at least that half; held == enters: only the state right after that position
+    restores it, what it carried of the key is gone from the state a token later), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the state just
     before the answer is read, offset −1 from it, with `last_lo`, `last_hi`, `last_n`). Offsets from the key
     that fewer than `min_n` examples reach (the far ones, on ATR) are left out of `enters`, `held` and `peak`:
     one example's ratio is no reading."""
@@ -96,7 +96,8 @@ def state_summary(curve: pd.DataFrame, min_n: int = MIN_EXAMPLES) -> pd.DataFram
         best, end = key.loc[key["attrib"].idxmax()], last.iloc[0]
         half = (key["attrib"] >= best["attrib"] / 2).to_numpy()
         first = int(half.argmax())
-        held = first + (int((~half[first:]).argmax()) if not half[first:].all() else len(half) - first) - 1
+        under = (~half[first:]).nonzero()[0]  # the offsets after `enters` under the half, counted from it
+        held = first + (int(under[0]) if len(under) else len(half) - first) - 1
         rows.append({
             "layer": int(layer), "enters": int(key["offset"].iloc[first]), "held": int(key["offset"].iloc[held]),
             "peak": best["attrib"], "peak_lo": best["attrib_lo"], "peak_hi": best["attrib_hi"],
