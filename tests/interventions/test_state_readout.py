@@ -42,15 +42,15 @@ def test_summary_finds_where_the_association_enters_and_what_is_left_at_the_answ
               "attrib_lo": 2.9, "attrib_hi": 2.9, "n": 1}]  # that far from its key: no reading, not the peak
     rows += [{"layer": 1, "align": "answer", "offset": -1, "direction": "sufficiency", "attrib": 0.7,
               "attrib_lo": 0.6, "attrib_hi": 0.8, "n": 10}]
-    shift = [{**r, "layer": 2, "attrib": a, "attrib_lo": a - 0.1, "attrib_hi": a + 0.1}  # the key held right after it alone,
-             for r, a in zip(rows, [0.8, 0.2, 0.5, 0.0, 0.0, 0.0, 0.0])]  # a later rise is not that run
+    shift = [{**r, "layer": 2, "attrib": a, "attrib_lo": a - 0.1, "attrib_hi": a + 0.1}  # held right after the
+             for r, a in zip(rows, [0.8, 0.2, 0.5, 0.0, 0.0, 0.0, 0.0])]  # key alone: a later rise is not that run
     rows += [{**r, "layer": 0, "attrib": -0.01} for r in rows]  # a layer whose state restores nothing: left out
     s = state_summary(pd.DataFrame(rows + shift))
     assert s.to_dict("records") == [
         {"layer": 1, "enters": 2, "held": 4, "peak": 0.9, "peak_lo": 0.8, "peak_hi": 1.0,
          "last": 0.7, "last_lo": 0.6, "last_hi": 0.8, "last_n": 10},
-        {"layer": 2, "enters": 0, "held": 0, "peak": 0.8, "peak_lo": pytest.approx(0.7), "peak_hi": pytest.approx(0.9),
-         "last": 0.0, "last_lo": -0.1, "last_hi": 0.1, "last_n": 10}]
+        {"layer": 2, "enters": 0, "held": 0, "peak": 0.8, "peak_lo": pytest.approx(0.7),
+         "peak_hi": pytest.approx(0.9), "last": 0.0, "last_lo": -0.1, "last_hi": 0.1, "last_n": 10}]
 
 
 @given(first=st.integers(0, 3), extra=st.integers(0, 400))

@@ -781,7 +781,8 @@ def prompt_rows(root: Path) -> list[dict]:
         df = _table(str(root / study))
         if "seen_share" in df and df["seen_share"].notna().any():
             read = df[df["seen_share"].notna()]
-            grammar = read.get("task.params.grammar", pd.Series(None, index=read.index, dtype=object)).astype(object).fillna("easy")
+            grammar = read.get("task.params.grammar", pd.Series(None, index=read.index, dtype=object))
+            grammar = grammar.astype(object).fillna("easy")
             task = read["task.name"].astype(str) + (" (" + grammar + ")").where(read["task.name"] == "atr", "")
             parts.append(read.assign(scale=study.parent.name, task=task, study=study.name))
     if not parts:

@@ -80,8 +80,9 @@ def state_summary(curve: pd.DataFrame, min_n: int = MIN_EXAMPLES) -> pd.DataFram
     """Per layer whose state restores anything, from the sufficiency rows: `enters` (the first offset from
     the key whose state restores at least half of the layer's most), `held` (the last offset of the run from
     `enters` on that keeps at least that half; held == enters: only the state right after that position
-    restores it, what it carried of the key is gone from the state a token later), `peak` (that most, with `peak_lo`, `peak_hi`), and `last` (the state just
-    before the answer is read, offset −1 from it, with `last_lo`, `last_hi`, `last_n`). Offsets from the key
+    restores it, what it carried of the key is gone from the state a token later), `peak` (that most, with
+    `peak_lo`, `peak_hi`), and `last` (the state just before the answer is read, offset −1 from it, with
+    `last_lo`, `last_hi`, `last_n`). Offsets from the key
     that fewer than `min_n` examples reach (the far ones, on ATR) are left out of `enters`, `held` and `peak`:
     one example's ratio is no reading."""
     suff = curve[curve["direction"] == "sufficiency"]

@@ -266,8 +266,8 @@ def state_table(best: pd.DataFrame) -> pd.DataFrame:
             continue
         for _, s in state_summary(store_runs.table(path, STATE_COLUMNS)).iterrows():
             rows.append({"arch": r["arch"], "seed": r["seed"], "mechanism": r.get("verdict"), "layer": int(s["layer"]),
-                         "enters at": f"key+{int(s['enters'])}",
-                         "held to": f"key+{int(s['held'])}", "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
+                         "enters at": f"key+{int(s['enters'])}", "held to": f"key+{int(s['held'])}",
+                         "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
                          "before the answer": with_interval(s["last"], s["last_lo"], s["last_hi"]), "n": int(s["last_n"])})
     return pd.DataFrame(rows)
 

@@ -215,8 +215,9 @@ def sections(tables: Tables) -> list[Section]:
         out.append(Section("What the recurrent state carries", "Runs with a recurrent state (`layers.{i}.state`, "
                            "the state after a position): the clean state patched into the key-corrupted run "
                            "after key + o; where the restored share first reaches half its most (enters at), "
-                           "the last offset before it first falls under that half (held to), that most, and the share restored by the state just before the answer is read "
-                           "(95% bootstrap intervals; n examples outside the conv reach).", tables.states))
+                           "the last offset before it first falls under that half (held to), that most, and the "
+                           "share restored by the state just before the answer is read (95% bootstrap "
+                           "intervals; n examples outside the conv reach).", tables.states))
     if tables.seeds is not None:
         out.append(Section("Seeds", "Accuracy over seeds, and attrib@value over the seeds that learned the task.",
                            _fmt(seeds_for_people(tables.seeds))))
