@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mecheval.interventions.state_readout import COLUMNS as STATE_COLUMNS, state_summary
 from mecheval.interventions.terms import AT, NOT, SPAN, TERMS, Term
 from mecheval.interventions.verdict import NOT_LEARNED
+from mecheval.report.analyse import run_state_summary
 from mecheval.report.decide import HIGH_ACC, INCONCLUSIVE, POOR_ACC, above, below, interval_over_seeds
 from mecheval.report.findings import conv_evidence
 from mecheval.store import runs as store_runs
@@ -80,13 +80,11 @@ def positions_words(alone: dict[str, float], elsewhere: dict[str, float]) -> str
 
 
 def state_words(run_dir: str) -> str:
-    """What each layer's recurrent state carries of the key (`state_summary`: from where to where it restores at
-    least half its most, that most, and what is left before the answer), in words; `` without a state readout."""
-    path = Path(run_dir) / "state_curve.parquet"
-    if not path.exists():
-        return ""
+    """What each layer's recurrent state carries of the key (`analyse.run_state_summary`: from where to where it
+    restores at least half its most, that most, and what is left before the answer), in words; `` without a state
+    readout."""
     parts = []
-    for _, s in state_summary(store_runs.table(path, STATE_COLUMNS)).iterrows():
+    for _, s in run_state_summary(run_dir).iterrows():
         span = (f"after key+{s['enters']:.0f} alone" if s["held"] == s["enters"]
                 else f"from key+{s['enters']:.0f} to key+{s['held']:.0f}")
         parts.append(f"layer {s['layer']:.0f}'s state carries the key {span} (restores up to {s['peak']:.2f}), "

@@ -232,8 +232,8 @@ def recheck_run(readout_dir: Path, run_dir: Path, spec: ReadoutSpec) -> bool:
 def reread_terms(run_dir: Path, spec: ReadoutSpec) -> list[str]:
     """Computes a run's term tables again (`spec.analyses` among `terms.TERMS`) on the examples its readout read,
     its other readouts left as they are: for a term table whose code changed since (no verdict reads one) ->
-    the files written. ReadoutKindError (a ValueError) where the run's readout read other examples than `spec` draws (its
-    examples.parquet: another n, seed or split, or prompts seen in training)."""
+    the files written. ReadoutKindError (a ValueError) where the run's readout read other examples than `spec`
+    draws (its examples.parquet: another n, seed or split, or prompts seen in training)."""
     from mecheval import load_run
 
     lm, task, cfg = load_run(run_dir)

@@ -255,16 +255,21 @@ def formation_table(best: pd.DataFrame, evidence: dict[str, dict]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def run_state_summary(run_dir: str | Path) -> pd.DataFrame:
+    """`state_summary` of a run's state readout (state_curve.parquet); empty where the run has none."""
+    path = Path(str(run_dir)) / "state_curve.parquet"
+    return state_summary(store_runs.table(path, STATE_COLUMNS)) if path.exists() else pd.DataFrame()
+
+
 def state_table(best: pd.DataFrame) -> pd.DataFrame:
     """Per best-lr run that learned the task, with a state readout (state_curve.parquet), and per layer: where
     the association enters the state, how far on it keeps it (`state_summary`'s `held`), how much it restores,
     and how much the state carries when the answer is read."""
     rows = []
     for _, r in best.iterrows():
-        path = Path(str(r.get("run_dir"))) / "state_curve.parquet"
-        if not path.exists() or r.get("verdict") == "not learned":  # nothing to restore: attributions are noise
+        if r.get("verdict") == "not learned":  # nothing to restore: attributions are noise
             continue
-        for _, s in state_summary(store_runs.table(path, STATE_COLUMNS)).iterrows():
+        for _, s in run_state_summary(r.get("run_dir")).iterrows():
             rows.append({"arch": r["arch"], "seed": r["seed"], "mechanism": r.get("verdict"), "layer": int(s["layer"]),
                          "enters at": f"key+{int(s['enters'])}", "held to": f"key+{int(s['held'])}",
                          "most restored": with_interval(s["peak"], s["peak_lo"], s["peak_hi"]),
