@@ -1,0 +1,70 @@
+"""The queues in tools/queues/ (hours of training each, run in later sessions): every line must be a study the
+real CLI accepts, whose runs all validate and build, and no directory may be the work of two lines; every sweep
+file there must expand and build. A typo otherwise surfaces only when its runner reaches the line."""
+
+import shlex
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import typer
+
+from mecheval.cli import app
+from mecheval.study import STUDIES
+from mecheval.study.command import study_axes
+from mecheval.sweeps.preflight import check_models
+from mecheval.sweeps.spec import SweepConfig, expand, load_sweep
+
+QUEUES = Path(__file__).resolve().parents[2] / "tools" / "queues"
+
+
+def queue_lines() -> list[tuple[str, str, str]]:
+    """(queue file, OUT_DIR, the `mecheval study` arguments) of every line, as `run_queue.sh` reads them."""
+    lines = []
+    for path in sorted(QUEUES.glob("*.txt")):
+        for line in path.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                out, args = line.split(" ", 1)
+                lines.append((path.name, out, args))
+    return lines
+
+
+def command_of(out: str, args: str) -> str:
+    """The command `run_queue.sh` runs for a line (its scale from the directory: results/cpu/ is the cpu scale),
+    less `--workers 1 --quiet`, which do not change what it trains."""
+    scale = "cpu" if out.startswith("results/cpu/") else "paper"
+    return f"mecheval study {args} --scale {scale} --early-stop --out {shlex.quote(out)}"
+
+
+def test_the_queues_have_lines():
+    assert len(queue_lines()) > 20 and len(list(QUEUES.glob("*.yaml"))) >= 3
+
+
+@pytest.mark.parametrize(("queue", "out", "args"), queue_lines(), ids=[out for _, out, _ in queue_lines()])
+def test_each_queue_line_is_a_study_whose_runs_build(queue, out, args):
+    command = command_of(out, args)
+    typer.main.get_command(app).commands["study"].make_context("study", shlex.split(command)[2:])  # unknown flags raise
+    preset, scale, axes = study_axes(command)
+    runs = expand(SweepConfig.model_validate(STUDIES[preset].sweep(scale, **axes)))
+    assert runs, f"{queue}: {out} trains no run"
+    check_models(runs)
+
+
+def test_no_directory_is_two_lines_work():
+    twice = [out for out, k in Counter(out for _, out, _ in queue_lines()).items() if k > 1]
+    assert twice == []
+
+
+@pytest.mark.parametrize("path", sorted(QUEUES.glob("*.yaml")), ids=lambda p: p.name)
+def test_each_queue_sweep_expands_and_builds(path):
+    runs = expand(load_sweep(path))
+    assert runs
+    check_models(runs)
+
+
+def test_a_typo_in_a_line_is_caught():
+    """The checks above fail on a misspelt architecture and on an unknown flag."""
+    with pytest.raises(ValueError, match="mamba3 \\(dconv 4\\)"):
+        STUDIES["modern"].sweep("paper", **study_axes(command_of("results/x", "modern --archs 'mamba3 (dconv 4)'"))[2])
+    with pytest.raises(Exception, match="--lr"):
+        typer.main.get_command(app).commands["study"].make_context("study", ["modern", "--lr", "1e-3", "--out", "x"])
