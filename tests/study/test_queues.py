@@ -68,3 +68,31 @@ def test_a_typo_in_a_line_is_caught():
         STUDIES["modern"].sweep("paper", **study_axes(command_of("results/x", "modern --archs 'mamba3 (dconv 4)'"))[2])
     with pytest.raises(Exception, match="--lr"):
         typer.main.get_command(app).commands["study"].make_context("study", ["modern", "--lr", "1e-3", "--out", "x"])
+
+
+def test_the_runner_reads_its_queue_afresh_after_each_study(tmp_path):
+    """`run_queue.sh` with a stand-in for mecheval: a line added at the top while a study runs is run next (the
+    runner used to read on from a byte offset, so an edit above it garbled the next line); a study that fails is
+    not retried; finished ones are skipped."""
+    import subprocess
+
+    queue, calls = tmp_path / "q.txt", tmp_path / "calls"
+    queue.write_text(f"# a queue\n{tmp_path}/a quick --archs attention\n{tmp_path}/bad quick\n{tmp_path}/b quick\n")
+    fake = tmp_path / "mecheval"
+    fake.write_text(f"""#!/usr/bin/env bash
+while [[ $# -gt 0 && $1 != --out ]]; do shift; done; out=$2
+echo "$out" >> {calls}
+[[ $out == */a ]] && sed -i '1a {tmp_path}/x quick' {queue}
+[[ $out == */bad ]] && exit 1
+touch "$out/report.md" "$out/study.json"
+""")
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", str(QUEUES / "run_queue.sh"), str(queue)], env={"PATH": "/usr/bin:/bin",
+                          "MECHEVAL": str(fake)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [Path(p).name for p in calls.read_text().split()] == ["a", "x", "bad", "b"]
+    assert f"FAILED: {tmp_path}/bad" in done.stdout
+    again = subprocess.run(["bash", str(QUEUES / "run_queue.sh"), str(queue)], env={"PATH": "/usr/bin:/bin",
+                           "MECHEVAL": str(fake)}, capture_output=True, text=True, timeout=60)
+    assert [Path(p).name for p in calls.read_text().split()] == ["a", "x", "bad", "b", "bad"]  # only the failed one again
+    assert f"done: {tmp_path}/a" in again.stdout
