@@ -144,3 +144,22 @@ def test_the_controls_by_key_value_distance_are_averaged_over_seeds_in_words(tmp
         "0.25, on the stretch key+1 … value alone 0.45, everywhere but that stretch 0.25.")
     (tmp_path / "ar").mkdir()
     assert "key–value distance" not in term_answer(_best(tmp_path / "ar", [0.20, 0.30]), "mamba3", TWO)[1]
+
+
+def test_the_modern_block_shows_a_run_that_fits_its_training_set_only(tmp_path):
+    """At the published protocol (a fixed training set) the block gives the fit table where a run fits its set
+    and not the task: results/paper-d64/modern-mamba3-lr1e-2, training batches far above test."""
+    from pathlib import Path
+
+    from pages.blocks import generate
+
+    committed = Path(__file__).resolve().parents[2] / "results" / "paper-d64" / "modern-mamba3-lr1e-2"
+    (tmp_path / "results" / "paper-d64").mkdir(parents=True)
+    (tmp_path / "results" / "paper-d64" / "modern-mamba3-lr1e-2").symlink_to(committed)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "p.md").write_text(
+        "<!-- generated: modern study=results/paper-d64/modern-mamba3-lr1e-2 -->\n<!-- end generated -->\n")
+    block = generate(tmp_path)[Path("docs/p.md")]
+    assert "Fit to the training set." in block
+    row = next(line for line in block.splitlines() if line.startswith("| mamba3 | 64 | 0.01 | 0 |"))
+    assert row.endswith("| fits its training set only |") and "(n=1024)" in row

@@ -592,9 +592,7 @@ def study_section(root: Path, study: Path, page: Path) -> str:
         out += ["What the recurrent state carries (per layer: where the association enters the state, how far on "
                 "it holds it, the most it restores, and what it carries when the answer is read):", "",
                 _markdown(states.astype(str).to_dict("records")), ""]
-    fit = fit_table(every)
-    if any_fits_only(fit):
-        out += ["Fit to the training set. " + FIT_NOTE, "", _markdown(fit.to_dict("records")), ""]
+    out += _fit_lines(every)
     timelines = formation_steps(every)
     over = timeline_table(every, timelines) if timelines else pd.DataFrame()
     if not over.empty:
@@ -616,6 +614,7 @@ def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
            _markdown(modern_rows(summarise(df), best)), ""]
     for term in TERMS.values():
         out += [line for arch in term_archs(best, term) for line in (term_answer(best, arch, term)[1], "")]
+    out += _fit_lines(best)
     over_training = timeline_table(best, formation_steps(best))
     if not over_training.empty:
         out += ["Over training (the runs kept with snapshots, `timeline.parquet`: the readouts at every kept step on "
@@ -623,6 +622,13 @@ def modern_block(root: Path, args: dict[str, str], page: Path) -> str:
                 "stays the final one:", "",
                 _markdown(over_training.sort_values(["arch", "seed"]).to_dict("records")), ""]
     return "\n".join(out)
+
+
+def _fit_lines(runs: pd.DataFrame) -> list[str]:
+    """The fit-to-the-training-set table of `runs` (`fit.fit_table`) with its note, where one of them reads
+    `fits its training set only`; else nothing."""
+    fit = fit_table(runs)
+    return ["Fit to the training set. " + FIT_NOTE, "", _markdown(fit.to_dict("records")), ""] if any_fits_only(fit) else []
 
 
 def studies_block(root: Path, args: dict[str, str], page: Path) -> str:
