@@ -29,6 +29,9 @@ def queue_lines() -> list[tuple[str, str, str]]:
     return lines
 
 
+LINES = queue_lines()
+
+
 def command_of(out: str, args: str) -> str:
     """The command `run_queue.sh` runs for a line (its scale from the directory: results/cpu/ is the cpu scale),
     less `--workers 1 --quiet`, which do not change what it trains."""
@@ -37,10 +40,10 @@ def command_of(out: str, args: str) -> str:
 
 
 def test_the_queues_have_lines():
-    assert len(queue_lines()) > 20 and len(list(QUEUES.glob("*.yaml"))) >= 3
+    assert len(LINES) > 20 and len(list(QUEUES.glob("*.yaml"))) >= 3
 
 
-@pytest.mark.parametrize(("queue", "out", "args"), queue_lines(), ids=[out for _, out, _ in queue_lines()])
+@pytest.mark.parametrize(("queue", "out", "args"), LINES, ids=[out for _, out, _ in LINES])
 def test_each_queue_line_is_a_study_whose_runs_build(queue, out, args):
     command = command_of(out, args)
     typer.main.get_command(app).commands["study"].make_context("study", shlex.split(command)[2:])  # unknown flags raise
@@ -51,7 +54,7 @@ def test_each_queue_line_is_a_study_whose_runs_build(queue, out, args):
 
 
 def test_no_directory_is_two_lines_work():
-    twice = [out for out, k in Counter(out for _, out, _ in queue_lines()).items() if k > 1]
+    twice = [out for out, k in Counter(out for _, out, _ in LINES).items() if k > 1]
     assert twice == []
 
 
