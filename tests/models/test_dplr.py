@@ -1,5 +1,5 @@
 """The diagonal-plus-low-rank recurrence (`ops.dplr`): the chunkwise form equals the per-step loop (across
-chunk boundaries, per-dimension or per-head decay, with and without the low-rank term, strong decays), and
+chunk boundaries, at the chunk length it picks itself, per-dimension or per-head decay, with and without the low-rank term, strong decays), and
 with w = 1, a = k, b = -β k it is the delta rule of `ops.delta_rule`."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _inputs(seed, T, H, dk, dv, per_dim, low_rank, decay_scale=1.0):
 
 @FAST
 @given(seed=st.integers(0, 999), T=st.integers(1, 50), H=st.sampled_from([1, 3]), dk=st.sampled_from([1, 4]),
-       dv=st.sampled_from([1, 3]), per_dim=st.booleans(), low_rank=st.booleans(), chunk=st.sampled_from([4, 16]))
+       dv=st.sampled_from([1, 3]), per_dim=st.booleans(), low_rank=st.booleans(), chunk=st.sampled_from([4, 16, None]))
 def test_chunkwise_form_equals_the_loop(seed, T, H, dk, dv, per_dim, low_rank, chunk):
     args = _inputs(seed, T, H, dk, dv, per_dim, low_rank)
     torch.testing.assert_close(dplr(*args, chunk_size=chunk), dplr_loop(*args), atol=1e-9, rtol=1e-9)

@@ -83,9 +83,19 @@ def _pairs(x, decay, y):
     return (x[..., :, None, :] * decay * y[..., None, :, :]).sum(-1)  # (2.5x faster than einsum's path on CPU)
 
 
-def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int = 32):
+def chunk_length(log_w: torch.Tensor) -> int:
+    """The chunk length `dplr` takes by default: 8 where the decay is per key dimension (log_w [..., d_k]: every
+    pairwise term is an [L, L, d_k] tensor per chunk, L d_k numbers a step; at L = 32 they leave the cache and a
+    training step of RWKV-7 or GLA at d = 64 ran 2-5x slower, `benchmarks/dplr_chunks.py`), else 32 (one decay
+    per head: the pairwise terms are matrix products)."""
+    return 8 if log_w.shape[-1] > 1 else 32
+
+
+def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None):
     """Chunkwise DPLR recurrence (module docstring), from S = 0: -> o [B, T, H, d_v]. All chunks' pairwise
-    terms and triangular solves at once, then T / L steps carrying the state across chunks."""
+    terms and triangular solves at once, then T / L steps carrying the state across chunks (chunks of at most
+    `chunk_size`; None: `chunk_length(log_w)`)."""
+    chunk_size = chunk_size or chunk_length(log_w)
     Bsz, T, H, dk = q.shape
     dv = v.shape[-1]
     nc = -(-T // chunk_size)
