@@ -81,7 +81,8 @@ def main(
             ms["auto"] = 1e3 * seconds_per_call(args, None, repeats)
             ref = ms[str(REFERENCE)] if str(REFERENCE) in ms else 1e3 * seconds_per_call(args, REFERENCE, repeats)
             auto = chunk_length(args[3])
-            table.add_row(name, str(t), str(auto), *(f"{ms[c]:.0f}" for c in cols), *(f"{ref / ms[c]:.2f}" for c in cols))
+            table.add_row(name, str(t), str(auto), *(f"{ms[c]:.0f}" for c in cols),
+                          *(f"{ref / ms[c]:.2f}" for c in cols))
             console.print(f"{name} T={t}: " + ", ".join(f"L={c} {ms[c]:.0f} ms" for c in cols), highlight=False)
     console.print(table)
 

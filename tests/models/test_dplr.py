@@ -1,6 +1,6 @@
 """The diagonal-plus-low-rank recurrence (`ops.dplr`): the chunkwise form equals the per-step loop (across
-chunk boundaries, at the chunk length it picks itself, per-dimension or per-head decay, with and without the low-rank term, strong decays), and
-with w = 1, a = k, b = -β k it is the delta rule of `ops.delta_rule`."""
+chunk boundaries, at the chunk length it picks itself, per-dimension or per-head decay, with and without the
+low-rank term, strong decays), and with w = 1, a = k, b = -β k it is the delta rule of `ops.delta_rule`."""
 
 from __future__ import annotations
 

@@ -85,9 +85,9 @@ def _pairs(x, decay, y):
 
 def chunk_length(log_w: torch.Tensor) -> int:
     """The chunk length `dplr` takes by default: 8 where the decay is per key dimension (log_w [..., d_k]: every
-    pairwise term is an [L, L, d_k] tensor per chunk, L d_k numbers a step; at L = 32 they leave the cache and a
-    training step of RWKV-7 or GLA at d = 64 ran 2-5x slower, `benchmarks/dplr_chunks.py`), else 32 (one decay
-    per head: the pairwise terms are matrix products)."""
+    pairwise term is an [L, L, d_k] tensor per chunk, L d_k numbers a step; at L = 32 they leave the cache and the
+    op ran 1.6-7x slower at GLA's and RWKV-7's shapes, `benchmarks/dplr_chunks.py`), else 32 (one decay per head:
+    the pairwise terms are matrix products)."""
     return 8 if log_w.shape[-1] > 1 else 32
 
 
@@ -95,7 +95,8 @@ def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None):
     """Chunkwise DPLR recurrence (module docstring), from S = 0: -> o [B, T, H, d_v]. All chunks' pairwise
     terms and triangular solves at once, then T / L steps carrying the state across chunks (chunks of at most
     `chunk_size`; None: `chunk_length(log_w)`)."""
-    chunk_size = chunk_size or chunk_length(log_w)
+    if chunk_size is None:
+        chunk_size = chunk_length(log_w)
     Bsz, T, H, dk = q.shape
     dv = v.shape[-1]
     nc = -(-T // chunk_size)
