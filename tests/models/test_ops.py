@@ -1,4 +1,5 @@
-"""The recurrences behind Mamba, DeltaNet and H3: each parallel/chunked op equals its per-step loop."""
+"""The recurrences behind Mamba, DeltaNet and H3: each parallel/chunked op equals its per-step loop; the chunk grid
+the chunked ops share."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mecheval.models.ops.chunks import chunk_grid, into_chunks
 from mecheval.models.ops.delta_rule import delta_rule, delta_rule_loop
 from mecheval.models.ops.diag_ssm import diag_ssm, diag_ssm_kernel, diag_ssm_loop
 from mecheval.models.ops.selective_scan import linear_scan, selective_scan, selective_scan_loop
@@ -19,6 +21,19 @@ FAST = settings(max_examples=15, deadline=None)
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+@given(T=st.integers(1, 200), chunk=st.integers(1, 64))
+@FAST
+def test_the_chunk_grid_covers_the_sequence_with_the_fewest_padded_steps(T, chunk):
+    nc, L = chunk_grid(T, chunk)
+    assert L <= chunk and nc == -(-T // chunk)  # no chunk too long, no more chunks than needed
+    assert 0 <= nc * L - T < nc  # fewer padded steps than chunks: the lengths as even as they can be
+    z = torch.arange(2.0 * T * 3).view(2, T, 3)
+    chunks = into_chunks(z, nc, L)
+    assert chunks.shape == (2, nc, L, 3)
+    flat = chunks.reshape(2, nc * L, 3)
+    assert torch.equal(flat[:, :T], z) and not flat[:, T:].any()  # in order, zeros after
 
 
 def grads(fn, args, seed: int):

@@ -18,7 +18,8 @@ gives the pseudo-values U' = U - W S (row t: β_t (v_t - S'_t^T k_t)), and
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from mecheval.models.ops.chunks import chunk_grid, into_chunks
 
 
 def delta_rule_step(q_t, k_t, v_t, beta_t, S, g_t=None):
@@ -45,14 +46,11 @@ def delta_rule(q, k, v, beta, g=None, chunk_size: int = 64):
     """Chunkwise (gated) delta rule (module docstring): all chunks' W, U at once, then T / L steps of the state."""
     Bsz, T, H, dk = k.shape
     dv = v.shape[-1]
-    nc = -(-T // chunk_size)
-    L = -(-T // nc)  # chunks of at most chunk_size, as even as possible (least padding)
-    pad = nc * L - T  # padded rows have k = v = q = β = g = 0: no change to the state, outputs dropped
+    nc, L = chunk_grid(T, chunk_size)  # padded rows have k = v = q = β = g = 0: no change to the state
     g = beta.new_zeros(beta.shape) if g is None else g
 
     def chunks(x):  # [B, T, H, ...] -> [B, H, nc, L, ...]
-        x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad))
-        return x.view(Bsz, nc, L, H, *x.shape[3:]).transpose(1, 3).transpose(2, 3)
+        return into_chunks(x, nc, L).transpose(1, 3).transpose(2, 3)
 
     q, k, v, beta, g = chunks(q), chunks(k), chunks(v), chunks(beta), chunks(g)
     c = g.cumsum(-1)  # [B, H, nc, L]: log Γ_t

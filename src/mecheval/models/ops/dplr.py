@@ -30,6 +30,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from mecheval.models.ops.chunks import chunk_grid, into_chunks
+
 
 class DPLRInputs(NamedTuple):
     """The recurrence's inputs over steps: q, k [B, T, H, d_k]; v [B, T, H, d_v]; log_w [B, T, H, d_k or 1];
@@ -99,12 +101,10 @@ def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None):
         chunk_size = chunk_length(log_w)
     Bsz, T, H, dk = q.shape
     dv = v.shape[-1]
-    nc = -(-T // chunk_size)
-    L = -(-T // nc)  # chunks of at most chunk_size, as even as possible (least padding)
-    pad = nc * L - T  # padded steps: log w = 0 and nothing written, so the state passes unchanged
+    nc, L = chunk_grid(T, chunk_size)  # padded steps: log w = 0 and nothing written, so the state passes unchanged
 
     def chunks(x):  # [B, T, H, X] -> [B, H, nc, L, X]
-        return F.pad(x, (0, 0, 0, 0, 0, pad)).view(Bsz, nc, L, H, -1).permute(0, 3, 1, 2, 4)
+        return into_chunks(x, nc, L).permute(0, 3, 1, 2, 4)
 
     q, k, v, log_w = chunks(q), chunks(k), chunks(v), chunks(log_w)
     c = log_w.cumsum(-2)  # [B, H, nc, L, d_k or 1]

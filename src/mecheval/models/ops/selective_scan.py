@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mecheval.models.ops.chunks import chunk_grid, into_chunks
+
 
 def selective_scan_loop(u, delta, A, Bm, Cm, D):
     """Plain per-step loop: the ground truth the faster scans are tested against. -> y [B, T, Di]."""
@@ -59,12 +61,10 @@ def selective_scan(u, delta, A, Bm, Cm, D, chunk_size: int = 32):
     Tensors are laid out [L, n_chunks, B, Di, N] so that every step reads a contiguous slice.
     """
     Bsz, T, Di = u.shape
-    nc = -(-T // chunk_size)
-    L = -(-T // nc)  # chunks of at most chunk_size, as even as possible (least padding)
-    pad = nc * L - T  # padded steps have Δ = 0: the state passes through unchanged
+    nc, L = chunk_grid(T, chunk_size)  # padded steps have Δ = 0: the state passes through unchanged
 
     def steps_first(z):  # [B, T, X] -> [L, nc, B, X]
-        return F.pad(z, (0, 0, 0, pad)).view(Bsz, nc, L, -1).permute(2, 1, 0, 3).contiguous()
+        return into_chunks(z, nc, L).permute(2, 1, 0, 3).contiguous()
 
     dl, uu, Bp, Cp = steps_first(delta), steps_first(u), steps_first(Bm), steps_first(Cm)
     a = torch.exp(dl[..., None] * A)  # exp(Δ_t A)       [L, nc, B, Di, N]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mecheval.models.ops.chunks import chunk_grid, into_chunks
 from mecheval.models.ops.selective_scan import linear_scan
 
 
@@ -45,15 +46,8 @@ def ssd_loop(x, Bm, Cm, log_a):
 def ssd(x, Bm, Cm, log_a, chunk_size: int = 64):
     """The chunked dual form (module docstring), same signature and result as `ssd_loop`."""
     Bsz, T, H, P, _ = x.shape
-    nc = -(-T // chunk_size)
-    L = -(-T // nc)  # chunks of at most chunk_size, as even as possible (least padding)
-    pad = nc * L - T  # padded steps have x = 0 and log a = 0: the state passes through, outputs dropped
-
-    def chunks(z):  # [B, T, ...] -> [B, nc, L, ...]
-        z = F.pad(z, (0, 0) * (z.dim() - 2) + (0, pad))
-        return z.view(Bsz, nc, L, *z.shape[2:])
-
-    x, Bm, Cm, log_a = chunks(x), chunks(Bm), chunks(Cm), chunks(log_a)
+    nc, L = chunk_grid(T, chunk_size)  # padded steps have x = 0 and log a = 0: the state passes through
+    x, Bm, Cm, log_a = (into_chunks(z, nc, L) for z in (x, Bm, Cm, log_a))  # [B, nc, L, ...]
     c = log_a.cumsum(2)  # [B, nc, L, H], within each chunk
     later = ~torch.ones(L, L, dtype=torch.bool, device=x.device).tril()  # s > t
     decay = (c[:, :, :, None] - c[:, :, None, :]).masked_fill(later[..., None], float("-inf")).exp()  # [B, nc, t, s, H]
