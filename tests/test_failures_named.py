@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from mecheval.cli import app
 from mecheval.training import validate_config
-from mecheval.training.run_dir import CHECKPOINT, MODEL, SUMMARY
+from mecheval.training.run_dir import CHECKPOINT, DIVERGED, METRICS, MODEL, SUMMARY, RunDir
 from mecheval.training.trainer import DivergedError, train
 
 
@@ -32,6 +32,20 @@ def test_a_diverging_run_stops_naming_the_step_and_saves_nothing_of_it(tiny_run,
         train(cfg, tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / MODEL).exists() and not (tmp_path / "run" / SUMMARY).exists()
     assert not (tmp_path / "run" / CHECKPOINT).exists()  # the first checkpoint (step 8) came after the NaN
+
+
+def test_a_diverged_run_is_recorded_and_not_trained_again(tiny_run, tmp_path):
+    cfg = validate_config(tiny_run, {"optim.lr": 1e8, "optim.warmup": 0.0})
+    with pytest.raises(DivergedError):
+        train(cfg, tmp_path / "run", quiet=True)
+    run = RunDir(tmp_path / "run")
+    record = run.read_divergence()
+    assert run.diverged and run.ended and not run.finished
+    assert record["lr"] == 1e8 and record["step"] >= 1 and "not finite" in record["reason"]
+    metrics = (tmp_path / "run" / METRICS).read_bytes()
+    with pytest.raises(DivergedError, match=f"recorded in {DIVERGED}; not trained again"):
+        train(cfg, tmp_path / "run", resume=True, quiet=True)
+    assert (tmp_path / "run" / METRICS).read_bytes() == metrics and run.read_divergence() == record
 
 
 def test_train_exits_non_zero_on_divergence(tiny_run, tmp_path):

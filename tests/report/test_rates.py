@@ -90,3 +90,26 @@ def test_runs_on_the_published_atr_grammar_are_not_seeds_of_our_cells():
 
     runs = committed_runs([table(0, 0.88, None), table(1, 0.87, "mecheval"), table(0, 0.89, "published")])
     assert sorted(runs["acc"]) == [0.87, 0.88] and set(runs["grammar"]) == {"easy"}
+
+
+def test_a_rate_whose_run_diverged_is_tried_and_worse_so_it_brackets_the_best():
+    """Mamba on ATR easy: 1e-2 learned best, 3e-2 diverged (no accuracy): the best, 1e-2, is bracketed."""
+    from pages.rates import committed_runs
+
+    def run(lr, acc, status):
+        return {"status": status, "task.name": "atr", "task.params.grammar": "easy", "arch": "mamba", "arch_name": "mamba",
+                "arch_conv": None, "model.d_model": 64, "optim.lr": lr, "seed": 0, "acc": acc, "eval.size": 1024,
+                "verdict": None if status == "diverged" else "direct retrieval"}
+
+    runs = committed_runs([pd.DataFrame([run(3e-3, 0.86, "done"), run(1e-2, 0.9, "done"), run(3e-2, float("nan"), "diverged"),
+                                         {**run(1e-1, float("nan"), "unfinished")}])])
+    table = rate_table(runs).set_index("lr")
+    assert list(table.index) == [3e-3, 1e-2, 3e-2]  # an unfinished run is no rate tried
+    assert table.loc[1e-2, "best"] and table.loc[1e-2, "bracketed"] and table.loc[1e-2, "rates"] == 3
+    assert table.loc[3e-2, "verdict"] == "diverged" and table.loc[3e-2, "acc"] != table.loc[3e-2, "acc"]
+    assert coverage_table(rate_table(runs)).set_index(["task", "grammar", "arch", "width"]).loc[
+        ("atr", "easy", "mamba", 64), "bracketed"]
+    fig = rate_figure(rate_table(runs))
+    assert "diverged" in [t.get_text() for t in fig.axes[0].texts]
+    [apart] = bracket_table(rate_table(runs)).to_dict("records")  # 0.90 [0.88, 0.92] against .96
+    assert apart["rates tried"] == "0.003: 0.86, **0.01: 0.90**, 0.03: diverged" and apart["bracketed"] == "yes"

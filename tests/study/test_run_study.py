@@ -1,6 +1,7 @@
 """`run_study` end to end on a tiny study: runs, interventions, report; resuming redoes nothing.
 Slow: the study trains in spawned worker processes (`make test-slow`)."""
 
+import dataclasses
 import json
 import shutil
 
@@ -97,6 +98,23 @@ def test_rerunning_a_finished_study_retrains_and_reintervenes_nothing(tiny_study
     before = {f: f.stat().st_mtime_ns for f in files}
     run_study(TINY, out, workers=1, n_examples=64, quiet=True)
     assert {f: f.stat().st_mtime_ns for f in files} == before
+
+
+def test_a_run_that_diverges_is_reported_as_a_result_and_not_trained_again(tmp_path, capsys):
+    study = dataclasses.replace(TINY, archs=TINY.archs[:1], cpu_lrs=[1e-3, 1e8], base={"optim.warmup": 0.0})
+    report = run_study(study, tmp_path, workers=1, n_examples=32, quiet=True)
+    runs = pd.read_parquet(tmp_path / "runs.parquet").set_index("optim.lr")
+    assert runs.loc[1e8, "status"] == "diverged" and runs.loc[1e-3, "status"] == "done"
+    assert runs.loc[1e8, "diverged.step"] >= 1 and pd.isna(runs.loc[1e8, "summary.final.test.acc"])
+    diverged = runs.loc[1e8, "name"]
+    assert json.loads((tmp_path / "study.json").read_text())["diverged"] == [diverged]
+    assert not (tmp_path / "runs" / diverged / "verdict.json").exists()  # nothing to read
+    assert (tmp_path / "runs" / runs.loc[1e-3, "name"] / "verdict.json").exists()
+    assert "diverged" in report.markdown.read_text() and "(reported as diverged)" in capsys.readouterr().err
+    record = (tmp_path / "runs" / diverged / "diverged.json").stat().st_mtime_ns
+    run_study(study, tmp_path, workers=1, n_examples=32, quiet=True)  # the study resumed: the record is its result
+    assert (tmp_path / "runs" / diverged / "diverged.json").stat().st_mtime_ns == record
+    assert not (tmp_path / "runs" / diverged / "error.log").read_text().count("Traceback") > 1
 
 
 def test_held_out_accuracy_is_reported_where_the_study_evaluates_it(tiny_heldout_study, tiny_study):

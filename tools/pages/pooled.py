@@ -21,7 +21,7 @@ from mecheval.report.decide import compare_accuracy
 from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, by_grammar, shown_accuracy, with_interval
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
-from mecheval.sweeps.table import SEED, as_text, best_lr, collect, config_columns
+from mecheval.sweeps.table import DIVERGED, SEED, as_text, best_lr, collect, config_columns
 
 STUDY = "study"  # the column naming the study a pooled run was read from
 
@@ -100,12 +100,12 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def left_out(df: pd.DataFrame) -> list[str]:
     """The runs of a `pooled_table` (or a study's table) that its summary does not read in full, each
-    `STUDY/runs/NAME: REASON`: not finished (no final accuracy), or, at the best learning rate, no verdict (its
+    `STUDY/runs/NAME: REASON`: not finished or diverged (no final accuracy), or, at the best learning rate, no verdict (its
     accuracy is read, its mechanism and attributions are not: it was not intervened on)."""
     where = df[STUDY] + "/runs/" + df["name"] if STUDY in df else df["name"]
     reasons = pd.Series("", index=df.index)
     reasons[df["best_lr"] & df["verdict"].isna()] = "no verdict (accuracy only)"
-    reasons[df["status"] != "done"] = "not finished"
+    reasons[df["status"] != "done"] = df["status"].map(lambda s: s if s == DIVERGED else "not finished")
     return [f"{w}: {r}" for w, r in zip(where, reasons) if r]
 
 

@@ -27,7 +27,7 @@ from mecheval.report.compare import published_accuracy, published_verdict, final
 from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
-from mecheval.sweeps.table import best_rates  # noqa: E402
+from mecheval.sweeps.table import DIVERGED, best_rates  # noqa: E402
 
 CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
 NO_VERDICT = "not read"
@@ -39,13 +39,15 @@ RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "seeds", "acc", "acc_l
 
 
 def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """The finished runs of several studies' `results.study_table(every_run=True)` as one table, a run
-    committed in two studies (same cell, rate, seed and final accuracy) counted once, runs on the published ATR
-    grammar left out (module docstring); `grammar` is the ATR grammar ("" for AR)."""
+    """The finished and the diverged runs of several studies' `results.study_table(every_run=True)` as one table
+    (a diverged run: no accuracy, verdict `diverged`), a run committed in two studies (same cell, rate, seed and
+    final accuracy) counted once, runs on the published ATR grammar left out (module docstring); `grammar` is the
+    ATR grammar ("" for AR)."""
     if not tables:
         return pd.DataFrame(columns=[*CELL, "optim.lr", "seed", "acc"])
     df = pd.concat(tables, ignore_index=True)
-    df = df[(df["status"] == "done") & (df[DRAW].fillna("mecheval") == "mecheval" if DRAW in df else True)].copy()
+    df = df[df["status"].isin(["done", DIVERGED]) & (df[DRAW].fillna("mecheval") == "mecheval" if DRAW in df else True)].copy()
+    df.loc[df["status"] == DIVERGED, "verdict"] = DIVERGED  # a rate tried: no accuracy, worse than any that trained
     grammar = df[GRAMMAR].fillna("easy") if GRAMMAR in df else pd.Series("easy", index=df.index)
     held = df[HOLDOUT].fillna(0) > 0 if HOLDOUT in df else pd.Series(False, index=df.index)
     df["grammar"] = (grammar + np.where(held, HELDOUT, "")).where(df["task.name"] == "atr", "")
@@ -55,11 +57,11 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (cell, rate) of `committed_runs`: `seeds` (distinct seeds), `acc` (mean over its runs), `verdict` (the most
-    common; `not read` where none was), `verdicts` (counts in words), `published` (the study's accuracy, NaN
+    """One row per (cell, rate) of `committed_runs`: `seeds` (distinct seeds), `acc` (mean over its runs that did not
+    diverge; NaN where every one did), `verdict` (the most common; `not read` where none was, `diverged`), `verdicts` (counts in words), `published` (the study's accuracy, NaN
     where none), `best` (the cell's rate with the highest mean accuracy on the seeds every rate ran, as
     `sweeps.table.best_lr` chooses), `rates` (how many the cell tried),
-    `bracketed` (the best rate has a tried rate below and above it)."""
+    `bracketed` (the best rate has a tried rate below and above it; a rate whose runs diverged is tried, and worse)."""
     rows = []
     for key, cell in runs.groupby(CELL, sort=True, dropna=False):
         task, grammar, arch, width = key
@@ -97,7 +99,7 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
             continue
         theirs = published_verdict(task, arch)
         mechanism = compare_labels(best["verdict"], theirs)
-        tried = ", ".join(f"**{r['lr']:g}: {r['acc']:.2f}**" if r["best"] else f"{r['lr']:g}: {r['acc']:.2f}"
+        tried = ", ".join(f"**{r['lr']:g}: {_acc(r)}**" if r["best"] else f"{r['lr']:g}: {_acc(r)}"
                           for _, r in cell.sort_values("lr").iterrows())
         rows.append({"cell": f"{task.upper()}{' ' + grammar if grammar else ''} {arch} d={width}",
                      "published": f"{best['published']:.2f}", "rates tried": tried,
@@ -107,6 +109,11 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
                                              if outcome == DIFFER) or "–"})
     return pd.DataFrame(rows, columns=["cell", "published", "rates tried", "bracketed", "accuracy", "mechanism",
                                        "differs in"])
+
+
+def _acc(rate: pd.Series) -> str:
+    """A `rate_table` row's mean accuracy in words: two decimals, or `diverged` where every run did."""
+    return DIVERGED if rate["acc"] != rate["acc"] else f"{rate['acc']:.2f}"
 
 
 def published_value(task: str, grammar: str, arch: str, conv, width: int, label: str) -> float | None:
@@ -179,7 +186,7 @@ def rate_figure(table: pd.DataFrame) -> plt.Figure:
             for _, r in cell.iterrows():
                 x = rates.index(r["lr"])
                 ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, color=VERDICT_COLOURS.get(r["verdict"], "white"), ec="white"))
-                ax.text(x, y, f"{r['acc']:.2f}" + (f" ×{r['seeds']}" if r["seeds"] > 1 else ""), ha="center",
+                ax.text(x, y, _acc(r) + (f" ×{r['seeds']}" if r["seeds"] > 1 else ""), ha="center",
                         va="center", fontsize=7)
                 if r["best"]:
                     ax.add_patch(Rectangle((x - 0.46, y - 0.42), 0.92, 0.84, fill=False, ec="black", lw=1.6,
@@ -192,7 +199,7 @@ def rate_figure(table: pd.DataFrame) -> plt.Figure:
         ax.set_xticklabels([f"{lr:g}" for lr in rates], fontsize=8)
         ax.set_yticklabels(labels, fontsize=7)
         ax.tick_params(length=0)
-    shown = [v for v in (*LABELS, NO_VERDICT) if v in set(table["verdict"])]
+    shown = [v for v in (*LABELS, NO_VERDICT, DIVERGED) if v in set(table["verdict"])]
     handles = [Patch(color=VERDICT_COLOURS.get(v, "white"), label=v) for v in shown]
     handles += [Patch(fill=False, ec="black", lw=1.6, label="best rate"),
                 Patch(fill=False, ec="black", lw=1.6, ls="--", label="best rate, not bracketed")]

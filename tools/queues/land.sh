@@ -2,7 +2,8 @@
 # Lands the finished queue studies into main: each study under SRC/results with a report.md and a study.json that main
 # has not committed. SRC is a worktree the queues ran in (so that edits to src/ do not reach a running study) or, by
 # default, main itself. Copies leave out what .gitignore does not already (run-level readout PNGs: the study's figures/
-# keeps the copies its report shows; a finished run's error.log of an earlier, resumed attempt); then archives logs,
+# keeps the copies its report shows; the error.log of a finished run (an earlier, resumed attempt) or of a diverged one
+# (its diverged.json is the record)); then archives logs,
 # relabels by main's rules and drops the weights no finding reads. Usage: bash tools/queues/land.sh [SRC]
 main=$(cd "$(dirname "$0")/../.." && pwd)
 src=$(cd "${1:-$main}" && pwd)
@@ -16,7 +17,7 @@ for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
       --exclude=.lock --exclude=report.html .) | (cd "$d" && tar xf -)
   fi
   rm -f "$d"/runs/*/interventions/*.png
-  for log in "$d"/runs/*/error.log; do [[ -f $(dirname "$log")/summary.json ]] && rm -f "$log"; done
+  for log in "$d"/runs/*/error.log; do [[ -f $(dirname "$log")/summary.json || -f $(dirname "$log")/diverged.json ]] && rm -f "$log"; done
   .venv/bin/mecheval archive-logs "$d" > /dev/null
   .venv/bin/mecheval relabel "$d" --recheck > /dev/null 2>&1 || echo "relabel failed: $d"
   PYTHONPATH=tools .venv/bin/python -m landing.drop_uncited_weights "$d" || echo "weights kept: $d"

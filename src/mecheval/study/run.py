@@ -7,7 +7,8 @@
     OUT/runs.parquet                      every run, config fields and summary metrics: the data the report links
     OUT/study.json                        preset, scale, what the cpu scale drops, timings
     OUT/report.md, OUT/report.html        the report (mecheval.report)
-Re-running skips finished runs, runs that already have their interventions and snapshots already read.
+Re-running skips finished runs, runs that already have their interventions and snapshots already read. A run
+that diverged (`RunDir.diverged`) is a result: reported as such (study.json `diverged`), not trained again or read.
 """
 
 from __future__ import annotations
@@ -76,12 +77,15 @@ def run_study(
     if train:
         with training_bars(out, planned, quiet) as finished:
             outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=finished, new=new, cohort=cohort)
-        failed = [o for o in outcomes if o.error]
+        failed = [o for o in outcomes if o.error and not RunDir(out / RUNS / o.name).diverged]
         if failed:
             raise RuntimeError("runs failed: " + "; ".join(f"{o.name}: {o.error}" for o in failed))
-        names = [o.name for o in outcomes]
+        names = [o.name for o in outcomes if not o.error]
     else:
         names = [name for name in planned if RunDir(out / RUNS / name).finished]
+    diverged = [name for name in planned if RunDir(out / RUNS / name).diverged]  # results: reported, not read
+    for name in diverged:
+        tqdm.write(f"{name}: {RunDir(out / RUNS / name).read_divergence()['reason']} (reported as diverged)", file=sys.stderr)
     times["train_s"] = time.perf_counter() - start
 
     with DirLock(out, "study directory"):  # readouts written: no report reads the study meanwhile
@@ -126,7 +130,7 @@ def run_study(
         meta = {
             "preset": study.name, "scale": scale, "description": study.description,
             "cpu_drops": study.cpu_drops if scale == "cpu" else "", "findings": list(study.findings),
-            "n_examples": n_examples, "runs": len(runs), "not_intervened": unreadable, "archs": axes.get("archs"),
+            "n_examples": n_examples, "runs": len(runs), "diverged": diverged, "not_intervened": unreadable, "archs": axes.get("archs"),
             # a resumed study adds this call's time to what earlier calls spent
             **{k: previous.get(k, 0.0) + v for k, v in times.items()},
         }

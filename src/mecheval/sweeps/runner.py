@@ -53,7 +53,8 @@ def run_sweep(
     cohort: int | str | None = None,
 ) -> list[Outcome]:
     """Runs every unfinished run of `sweep` under `out`; finished runs are skipped (their summary is
-    returned as is). Returns one Outcome per run, in the sweep's order.
+    returned as is), and so are runs that diverged (their error is `diverged: <reason>`: `RunDir.diverged`).
+    Returns one Outcome per run, in the sweep's order.
 
     cohort: train runs that differ only in seed, learning rate and weight decay as cohorts of at most this many
     (or "auto": `sweeps.cohorts`), each run in its own directory as alone.
@@ -83,6 +84,8 @@ def run_sweep(
             run_dir = RunDir(out / RUNS / run.name)
             if run_dir.finished:
                 outcomes[run.name] = Outcome(run.name, run_dir.read_summary(), skipped=True)
+            elif run_dir.diverged:  # a result: its seed would diverge again (`train` refuses it likewise)
+                outcomes[run.name] = Outcome(run.name, None, f"diverged: {run_dir.read_divergence()['reason']}", skipped=True)
             else:
                 record(run_dir.path, run.config, out)
                 jobs.append(Job(run.name, run.config.model_dump(mode="json"), run_dir.path))

@@ -18,7 +18,9 @@ from mecheval.store import identity, runs, studies
 from mecheval.store.identity import LR, SEED
 from mecheval.sweeps.runner import RUNS, SPEC
 from mecheval.sweeps.spec import run_overrides
-from mecheval.training.run_dir import CONFIG, SUMMARY
+from mecheval.training.run_dir import CONFIG, RunDir
+
+DIVERGED = "diverged"  # the status of a run that diverged (`RunDir.diverged`)
 
 DEFAULT_METRIC = "summary.final.test.acc"
 RECORDED = "run."  # the prefix of the recorded identity's columns
@@ -34,7 +36,8 @@ def runs_dir(sweep_dir: str | Path) -> Path:
 
 def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     """One row per run directory under SWEEP_DIR/runs (or, without runs/, directly under SWEEP_DIR: a folder
-    of `mecheval train` runs): name, status (done / unfinished), config, summary.
+    of `mecheval train` runs): name, status (done / diverged / unfinished), config, summary (a diverged run's
+    record as `diverged.step`, `diverged.reason`, `diverged.last_eval.<split>.acc`, …).
     With a SWEEP_DIR/sweep.yaml, only that sweep's runs (other runs in the directory are not its), unless
     `every_run`."""
     sweep_dir = Path(sweep_dir)
@@ -44,12 +47,14 @@ def collect(sweep_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
         configs = [c for c in configs if c.parent.name in names]
     rows = []
     for config in configs:
-        run_dir, finished = config.parent, (config.parent / SUMMARY).exists()
-        row = {"name": run_dir.name, "status": "done" if finished else "unfinished"}
-        row.update(flatten(runs.config(run_dir)))
-        if finished:
-            row.update(flatten(runs.summary(run_dir), "summary."))
-        if (recorded := identity.recorded(run_dir)) is not None:
+        run = RunDir(config.parent)
+        row = {"name": run.path.name, "status": "done" if run.finished else DIVERGED if run.diverged else "unfinished"}
+        row.update(flatten(runs.config(run.path)))
+        if run.finished:
+            row.update(flatten(runs.summary(run.path), "summary."))
+        elif run.diverged:
+            row.update(flatten(run.read_divergence(), DIVERGED + "."))
+        if (recorded := identity.recorded(run.path)) is not None:
             row.update(flatten(asdict(recorded), RECORDED))
         rows.append(row)
     if not rows:
@@ -66,7 +71,7 @@ def as_text(df: pd.DataFrame | pd.Series) -> pd.DataFrame | pd.Series:
 def config_columns(df: pd.DataFrame) -> list[str]:
     """The columns of a `collect` table that are config fields (not the run's name, status, summary or recorded
     identity)."""
-    return [c for c in df.columns if c not in ("name", "status") and not c.startswith(("summary.", RECORDED))]
+    return [c for c in df.columns if c not in ("name", "status") and not c.startswith(("summary.", RECORDED, DIVERGED + "."))]
 
 
 def varying(df: pd.DataFrame) -> list[str]:

@@ -7,6 +7,8 @@
     checkpoint.safetensors   training state while the run is unfinished (removed once it finishes)
     model.safetensors        final weights
     summary.json             final accuracy per split, steps, wall time, tokens/s, versions (last file)
+    diverged.json            in place of summary.json, a run whose loss or weights turned non-finite: the step, why,
+                             the learning rate and its last evaluation (a result: it is not trained again)
     snapshots/step-*.safetensors   weights at the `snapshots` steps (when configured; weights only)
     worker.json              pid and host of the process training the run (informational)
     .lock                    held by the process training the run (see mecheval.training.lock)
@@ -28,8 +30,9 @@ from mecheval.training.checkpoint import CheckpointError, check_header, load_wei
 from mecheval.plugins import is_import_path
 from mecheval.training.config import ConfigError, TrainConfig, as_trained, dump_config, read_yaml, validate_config
 
-CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER = (
-    "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json"
+CONFIG, METRICS, CHECKPOINT, MODEL, SUMMARY, WORKER, DIVERGED = (
+    "config.yaml", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json", "worker.json",
+    "diverged.json",
 )
 METRICS_ARCHIVE = METRICS + ".gz"
 SNAPSHOTS = "snapshots"
@@ -56,6 +59,15 @@ class RunDir:
     @property
     def finished(self) -> bool:
         return (self.path / SUMMARY).exists()
+
+    @property
+    def diverged(self) -> bool:
+        return (self.path / DIVERGED).exists()
+
+    @property
+    def ended(self) -> bool:
+        """Finished, or ended by diverging: nothing more to train."""
+        return self.finished or self.diverged
 
     @property
     def has_weights(self) -> bool:
@@ -106,6 +118,18 @@ class RunDir:
     def write_summary(self, summary: dict) -> None:
         atomic_write_text(self.path / SUMMARY, json.dumps(summary, indent=2) + "\n", self.path)
 
+    def read_divergence(self) -> dict:
+        """diverged.json, checked (`step`, `reason`, `lr`; `last_eval`: the last evaluation before it, per split its
+        numbers); ConfigError naming the file otherwise."""
+        return read_json_object(self.path / DIVERGED, {"step": int, "reason": str, "lr": NUMBER},
+                                optional={"last_eval": dict})
+
+    def write_divergence(self, step: int, reason: str, lr: float) -> None:
+        """Records that the run diverged at `step` (diverged.json), with its last logged evaluation."""
+        last = next((r["eval"] for r in reversed(self.read_metrics()) if isinstance(r.get("eval"), dict)), None)
+        record = {"step": step, "reason": reason, "lr": lr, **({"last_eval": last} if last else {})}
+        atomic_write_text(self.path / DIVERGED, json.dumps(record, indent=2) + "\n", self.path)
+
     def read_metrics(self, max_step: int | None = None) -> list[dict]:
         """The logged records (up to `max_step`). A torn last line (a kill mid-write) is dropped; any
         other unreadable line is an error naming it."""
@@ -145,8 +169,8 @@ class RunDir:
         plain = self.path / METRICS
         if not plain.exists():
             return False
-        if not self.finished:
-            raise ValueError(f"{self.path}: not finished (no {SUMMARY}); only a finished run's log is archived")
+        if not self.ended:
+            raise ValueError(f"{self.path}: not finished (no {SUMMARY}); only an ended run's log is archived")
         data = plain.read_bytes()
         atomic_write_bytes(self.path / METRICS_ARCHIVE, gzip.compress(data, compresslevel=9, mtime=0), self.path)
         if gzip.decompress((self.path / METRICS_ARCHIVE).read_bytes()) != data:

@@ -36,7 +36,7 @@ from mecheval.training.lock import DirLock
 from mecheval.training.loggers import check_loggers, open_loggers
 from mecheval.training.optimizer import adamw
 from mecheval.training.run_dir import (
-    CHECKPOINT, CONFIG, METRICS, METRICS_ARCHIVE, MODEL, SUMMARY, WORKER, RunDir, snapshot_name,
+    CHECKPOINT, CONFIG, DIVERGED, METRICS, METRICS_ARCHIVE, MODEL, SUMMARY, WORKER, RunDir, snapshot_name,
 )
 from mecheval.training.schedule import lr_at
 
@@ -191,6 +191,9 @@ def opened_run(cfg: TrainConfig, run_dir: str | Path, resume: bool, quiet: bool)
             if not resume:
                 raise RunExistsError(f"{run.path} already holds a run; resume it (`resume=True`) or choose another `run_dir`")
             _check_same_run(run, cfg)
+            if run.diverged:  # its seed would diverge again: the record is its result
+                raise DivergedError(f"{run.path}: {run.read_divergence()['reason']}, recorded in {DIVERGED}; not "
+                                    f"trained again (delete the run directory to train it afresh)")
             if run.finished:
                 (run / CHECKPOINT).unlink(missing_ok=True)
                 yield run.read_summary()
@@ -290,12 +293,17 @@ class Trainer:
     def check_finite(self) -> None:
         """DivergedError where a loss so far or a weight now is not finite (checked before anything is logged
         or saved, so that no checkpoint or final weights hold NaN)."""
-        lr = f"optim.lr {self.cfg.optim.lr:g}"
         if int(self.bad_step):
-            raise DivergedError(f"{self.run.path}: the training loss is not finite at step {int(self.bad_step)} "
-                                f"({lr}); nothing of that step was saved")
+            self.diverge(int(self.bad_step), "the training loss is not finite")
         if not all(bool(torch.isfinite(p).all()) for p in self.lm.parameters()):
-            raise DivergedError(f"{self.run.path}: weights are not finite at step {self.step} ({lr}); nothing of that step was saved")
+            self.diverge(self.step, "weights are not finite")
+
+    def diverge(self, step: int, what: str) -> None:
+        """Records the divergence in the run directory (diverged.json: a result, not trained again) and raises
+        DivergedError."""
+        reason = f"{what} at step {step} (optim.lr {self.cfg.optim.lr:g})"
+        self.run.write_divergence(step, reason, self.cfg.optim.lr)
+        raise DivergedError(f"{self.run.path}: {reason}; nothing of that step was saved")
 
     def record(self, tokens_per_s: float) -> dict:
         """The metrics line of the current step (with evaluation when the eval cadence says so)."""
