@@ -110,7 +110,8 @@ def test_a_run_that_diverges_is_reported_as_a_result_and_not_trained_again(tmp_p
     assert json.loads((tmp_path / "study.json").read_text())["diverged"] == [diverged]
     assert not (tmp_path / "runs" / diverged / "verdict.json").exists()  # nothing to read
     assert (tmp_path / "runs" / runs.loc[1e-3, "name"] / "verdict.json").exists()
-    assert "diverged" in report.markdown.read_text() and "(reported as diverged)" in capsys.readouterr().err
+    assert "| diverged | " in report.markdown.read_text() and "not finite at step" in report.markdown.read_text()
+    assert "(reported as diverged)" in capsys.readouterr().err
     record = (tmp_path / "runs" / diverged / "diverged.json").stat().st_mtime_ns
     run_study(study, tmp_path, workers=1, n_examples=32, quiet=True)  # the study resumed: the record is its result
     assert (tmp_path / "runs" / diverged / "diverged.json").stat().st_mtime_ns == record

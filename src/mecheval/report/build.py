@@ -21,6 +21,7 @@ import pandas as pd
 from mecheval.common import atomic_write_bytes, atomic_write_text, safe_mkdir, safe_unlink
 from mecheval.plugins import reading_results
 from mecheval.training.lock import DirLock
+from mecheval.sweeps.table import DIVERGED
 from mecheval.interventions.verdict import shows_attributions
 from mecheval.report import figures
 from mecheval.report.analyse import INTERVALS, Tables, analyse, load
@@ -222,8 +223,11 @@ def sections(tables: Tables) -> list[Section]:
         out.append(Section("Seeds", "Accuracy over seeds, and attrib@value over the seeds that learned the task.",
                            _fmt(seeds_for_people(tables.seeds))))
     runs_cols = ["name", "arch", "model.d_model", "optim.lr", "seed", "status", "acc", "acc_heldout", "verdict"]
+    runs = df[[c for c in runs_cols if c in df]].copy()
+    if "diverged.reason" in df:  # a diverged run has no verdict: why it diverged instead
+        runs["verdict"] = runs["verdict"].where(df["status"] != DIVERGED, df["diverged.reason"])
     out.append(Section("All runs", "One row per run; every config field and metric is in runs.parquet and "
-                       "the full summary in summary.csv.", _fmt(df[[c for c in runs_cols if c in df]]).rename(columns=HUMAN)))
+                       "the full summary in summary.csv.", _fmt(runs).rename(columns=HUMAN)))
     return out
 
 
