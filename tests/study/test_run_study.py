@@ -118,6 +118,12 @@ def test_a_run_that_diverges_is_reported_as_a_result_and_not_trained_again(tmp_p
     assert not (tmp_path / "runs" / diverged / "error.log").read_text().count("Traceback") > 1
 
 
+def test_a_study_whose_every_run_diverged_still_reports_them(tmp_path):
+    study = dataclasses.replace(TINY, archs=TINY.archs[:1], cpu_lrs=[1e8], base={"optim.warmup": 0.0})
+    text = run_study(study, tmp_path, workers=1, n_examples=32, quiet=True).markdown.read_text()
+    assert "No run of this study has finished" in text and "| diverged | " in text
+
+
 def test_held_out_accuracy_is_reported_where_the_study_evaluates_it(tiny_heldout_study, tiny_study):
     out, report = tiny_heldout_study
     [name] = pd.read_parquet(out / "runs.parquet")["name"]

@@ -299,7 +299,9 @@ def _figures(study_dir: Path, df: pd.DataFrame, summary: pd.DataFrame, best: pd.
     """name -> (PNG, caption): the study's figures (accuracy against width where `widths`, `width_table`'s,
     is given), then per architecture (its most accurate best-lr run)
     the layer profile, the conv window, the state readout, the timeline and the heatmaps `mecheval
-    intervene` drew."""
+    intervene` drew; none where no run finished."""
+    if summary.empty:
+        return {}
     palette = figures.colours(list(dict.fromkeys(summary["arch"])))
     out = {"accuracy": (figures.to_png(figures.accuracy_figure(accuracy_bars(summary), palette)), CAPTIONS["accuracy"])}
     if widths is not None:

@@ -137,6 +137,8 @@ def overview_text(summary: pd.DataFrame, formed: dict[str, dict], findings: list
 
     formed: as for `overview_table`; findings: (claim, status) per published finding checked.
     """
+    if summary.empty:
+        return "No run of this study has finished: the runs table below says what became of each (a run that diverged, why)."
     parts = [f"{len(summary)} architecture{'s' if len(summary) > 1 else ''} ({resting_on(summary)})."]
     for _, r in summary.iterrows():
         agree = {AGREE: ", as published", DIFFER: f", published: {r['published_verdict']}"}.get(r["agree"], "")
