@@ -8,7 +8,7 @@
     model.safetensors        final weights
     summary.json             final accuracy per split, steps, wall time, tokens/s, versions (last file)
     diverged.json            in place of summary.json, a run whose loss or weights turned non-finite: the step, why,
-                             the learning rate and its last evaluation (a result: it is not trained again)
+                             the learning rate, its last evaluation and its cost so far (a result: not trained again)
     snapshots/step-*.safetensors   weights at the `snapshots` steps (when configured; weights only)
     worker.json              pid and host of the process training the run (informational)
     .lock                    held by the process training the run (see mecheval.training.lock)
@@ -120,14 +120,15 @@ class RunDir:
 
     def read_divergence(self) -> dict:
         """diverged.json, checked (`step`, `reason`, `lr`; `last_eval`: the last evaluation before it, per split its
-        numbers); ConfigError naming the file otherwise."""
+        numbers; its cost so far, `wall_time_s`, `cpu_time_s`); ConfigError naming the file otherwise."""
         return read_json_object(self.path / DIVERGED, {"step": int, "reason": str, "lr": NUMBER},
                                 optional={"last_eval": dict})
 
-    def write_divergence(self, step: int, reason: str, lr: float) -> None:
-        """Records that the run diverged at `step` (diverged.json), with its last logged evaluation."""
+    def write_divergence(self, step: int, reason: str, lr: float, cost: dict) -> None:
+        """Records that the run diverged at `step` (diverged.json), with its last logged evaluation and `cost` (its
+        `wall_time_s` and `cpu_time_s` until then, as a summary states them)."""
         last = next((r["eval"] for r in reversed(self.read_metrics()) if isinstance(r.get("eval"), dict)), None)
-        record = {"step": step, "reason": reason, "lr": lr, **({"last_eval": last} if last else {})}
+        record = {"step": step, "reason": reason, "lr": lr, **cost, **({"last_eval": last} if last else {})}
         atomic_write_text(self.path / DIVERGED, json.dumps(record, indent=2) + "\n", self.path)
 
     def read_metrics(self, max_step: int | None = None) -> list[dict]:
