@@ -120,7 +120,8 @@ def attribution_runs(df: pd.DataFrame) -> pd.DataFrame:
         out[f"published@{pos}"] = [published_attribution(t, g if g == g else None, a, pos)
                                    for t, g, a in zip(runs["task.name"], grammar, runs["arch"])]
     out["arch"] = by_grammar(out["arch"], grammar)  # one box per architecture and grammar
-    return out.astype({f"published@{p}": float for p in POSITIONS}).reset_index(drop=True)
+    # numbers whatever their studies' columns held (a study whose runs all diverged has only None there)
+    return out.astype({f"{k}@{p}": float for k in ("attrib", "published") for p in POSITIONS}).reset_index(drop=True)
 
 
 def published_medians(runs: pd.DataFrame) -> dict[tuple[str, str], float]:
