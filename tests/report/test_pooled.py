@@ -1,5 +1,6 @@
 """Several committed studies read as one (`report.pooled`, the pages' `pooled` block)."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -166,6 +167,8 @@ def test_a_pool_reads_every_run_its_studies_hold_and_names_those_it_leaves_out(t
     (two / "verdict.json").unlink()
     assert left_out(pooled_table([copy])) == [f"{copy}/runs/{one.name}: not finished",
                                               f"{copy}/runs/{two.name}: no verdict (accuracy only)"]
+    (one / "diverged.json").write_text(json.dumps({"step": 900, "reason": "the training loss is not finite", "lr": 3e-3}))
+    assert left_out(pooled_table([copy]))[0] == f"{copy}/runs/{one.name}: diverged at step 900"
 
 
 def test_the_pooled_block_says_which_runs_it_leaves_out(tmp_path):

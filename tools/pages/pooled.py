@@ -105,7 +105,10 @@ def left_out(df: pd.DataFrame) -> list[str]:
     where = df[STUDY] + "/runs/" + df["name"] if STUDY in df else df["name"]
     reasons = pd.Series("", index=df.index)
     reasons[df["best_lr"] & df["verdict"].isna()] = "no verdict (accuracy only)"
-    reasons[df["status"] != "done"] = df["status"].map(lambda s: s if s == DIVERGED else "not finished")
+    step = df["diverged.step"] if "diverged.step" in df else pd.Series(None, index=df.index)
+    for i in df.index[df["status"] != "done"]:
+        reasons[i] = f"diverged at step {int(step[i])}" if df.at[i, "status"] == DIVERGED else "not finished"
+
     return [f"{w}: {r}" for w, r in zip(where, reasons) if r]
 
 
