@@ -172,10 +172,18 @@ def coverage_summary(coverage: pd.DataFrame) -> pd.DataFrame:
 RATES = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the study's grid (`study.presets.PAPER_LRS` and its 1e-2, 3e-2)
 
 
+def _fill(verdict: str) -> dict:
+    """A rate cell's fill: its verdict's colour; hatched grey where its runs diverged."""
+    if verdict == DIVERGED:
+        return {"fc": "white", "ec": "#999999", "hatch": "///", "lw": 0}
+    return {"color": VERDICT_COLOURS.get(verdict, "white"), "ec": "white"}
+
+
 def rate_figure(table: pd.DataFrame) -> plt.Figure:
     """`rate_table` drawn: a panel per task, a row per (architecture, grammar, width) with the published accuracy,
     a column per rate of the study's grid; each tried cell coloured by its most common verdict with the mean
-    accuracy (×n: seeds) written in, the best rate outlined (dashed where it is not bracketed)."""
+    accuracy (×n: seeds) written in (`diverged`, hatched, where its runs diverged), the best rate outlined (dashed
+    where it is not bracketed)."""
     tasks = list(table.groupby("task", sort=True))
     heights = [part.groupby(["arch", "grammar", "width"]).ngroups for _, part in tasks]
     fig, axes = plt.subplots(1, len(tasks), figsize=(7.2 * len(tasks), 1.6 + 0.24 * max(heights)), squeeze=False)
@@ -185,7 +193,7 @@ def rate_figure(table: pd.DataFrame) -> plt.Figure:
         for y, ((arch, grammar, width), cell) in enumerate(cells):
             for _, r in cell.iterrows():
                 x = rates.index(r["lr"])
-                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, color=VERDICT_COLOURS.get(r["verdict"], "white"), ec="white"))
+                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, **_fill(r["verdict"])))
                 ax.text(x, y, _acc(r) + (f" ×{r['seeds']}" if r["seeds"] > 1 else ""), ha="center",
                         va="center", fontsize=7)
                 if r["best"]:
@@ -200,7 +208,7 @@ def rate_figure(table: pd.DataFrame) -> plt.Figure:
         ax.set_yticklabels(labels, fontsize=7)
         ax.tick_params(length=0)
     shown = [v for v in (*LABELS, NO_VERDICT, DIVERGED) if v in set(table["verdict"])]
-    handles = [Patch(color=VERDICT_COLOURS.get(v, "white"), label=v) for v in shown]
+    handles = [Patch(**_fill(v), label=v) for v in shown]
     handles += [Patch(fill=False, ec="black", lw=1.6, label="best rate"),
                 Patch(fill=False, ec="black", lw=1.6, ls="--", label="best rate, not bracketed")]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
