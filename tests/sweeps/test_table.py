@@ -75,3 +75,8 @@ def test_one_lucky_seed_at_a_rate_does_not_outrank_three_at_another():
                                                 ("d", 1e-2, 2, 0.00)]])
     assert list(best_lr(df)["name"]) == ["b", "c", "d"]
     assert list(best_lr(df.assign(seed=[3, 0, 1, 2]))["name"]) == ["a"]  # no shared seed: the means of all decide
+
+
+def test_best_lr_of_a_table_without_a_finished_run_is_empty():
+    df = pd.DataFrame({"name": ["a", "b"], "status": ["diverged", "unfinished"], "optim.lr": [3e-2, 1e-2]})
+    assert best_lr(df).empty  # no summary columns at all: nothing to choose, no error

@@ -28,7 +28,7 @@ def study_table(study_dir: str | Path, every_run: bool = False) -> pd.DataFrame:
     study_dir = Path(study_dir)
     df = collect(study_dir, every_run)
     # selected on the config columns alone, before derived columns (arch, acc) join them
-    best = set(best_lr(df)["name"]) if (df["status"] == "done").any() else set()
+    best = set(best_lr(df)["name"])
     root = runs_dir(study_dir)
     found = [identity.recorded(root / name) or identity.derive(row) for name, (_, row) in zip(df["name"], df.iterrows())]
     df = df.drop(columns=[c for c in df if c.startswith(RECORDED)])

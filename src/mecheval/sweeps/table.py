@@ -89,6 +89,8 @@ def best_lr(df: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     the learning rate and the seed: the same partition. The runs come sorted by those fields.
     """
     done = df[df["status"] == "done"]
+    if done.empty:  # none to choose among (every run unfinished or diverged)
+        return done.reset_index(drop=True)
     if metric not in done.columns:
         raise KeyError(f"no column {metric!r} among finished runs; metrics: {[c for c in df.columns if c.startswith('summary.')]}")
     keys = [c for c in varying(done) if c not in (LR, SEED)]
