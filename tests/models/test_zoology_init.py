@@ -1,4 +1,5 @@
-"""`init: zoology` (the study's init for Mamba LMs) and `final_norm`; the default init is unchanged."""
+"""`init: zoology` (the study's init for Mamba and attention LMs), `build: study` and `final_norm`; the default init
+is unchanged."""
 
 from __future__ import annotations
 
@@ -47,11 +48,41 @@ def test_zoology_rescales_each_out_proj_by_sqrt_n_layers(n_layers):
         assert dt.min() >= 1e-4 and dt.max() <= 0.1 + 1e-6
 
 
-def test_zoology_init_is_for_mamba_only():
-    with pytest.raises(ValueError, match="zoology"):
-        ModelConfig(vocab_size=10, mixer="attention", init="zoology")
+@pytest.mark.parametrize("n_layers", [1, 2, 4])
+def test_zoology_init_of_attention_blocks_is_gpt2s(n_layers):
+    """zoology's TransformerBlock init: Linears N(0, 0.02²), the residual projections N(0, 0.02² / (2 n_layers))."""
+    lm = build(make_config("attention", d_model=64, n_layers=n_layers, vocab_size=4096, init="zoology", block_bias=True,
+                           options={"attention": {"out_bias": True}}))
+    assert lm.embed_scale == 1.0 and lm.embed.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    for block in lm.layers:
+        for w in (block.mixer.qkv.weight, block.mlp.up.weight):
+            assert w.std().item() == pytest.approx(0.02, rel=0.05)
+        for w in (block.mixer.out.weight, block.mlp.down.weight):
+            assert w.std().item() == pytest.approx(0.02 / math.sqrt(2 * n_layers), rel=0.05)
+        for bias in (block.mixer.out.bias, block.mlp.up.bias, block.mlp.down.bias, block.norm1.bias, block.norm2.bias):
+            assert bias is not None and not bias.any()
+    default = build(make_config("attention", d_model=64, n_layers=n_layers, vocab_size=4096))
+    assert default.layers[0].mixer.out.bias is None and default.layers[0].norm1.bias is None
+    assert default.layers[0].mixer.out.weight.std().item() == pytest.approx(64**-0.5 / math.sqrt(3), rel=0.05)
+
+
+def test_zoology_init_is_for_mamba_and_attention_only():
+    with pytest.raises(ValueError, match="init 'zoology' is the study's scheme for mamba or attention blocks only"):
+        ModelConfig(vocab_size=10, mixer="hyena", init="zoology")
     with pytest.raises(ValueError, match="init"):
         ModelConfig(vocab_size=10, mixer="mamba", init="gpt2")
+
+
+def test_study_build_of_attention_has_the_study_codes_parameters():
+    """The study's attention LM at d = 64 on ATR easy (tinylang's vocabulary of 26) has 166,912 parameters: token and
+    position tables, per layer LayerNorms with biases, W_qkv without a bias, W_o and the MLP with biases, and a
+    final LayerNorm with a bias (its count read off the study's code, docs/findings/atr.md)."""
+    cfg = make_config("attention", d_model=64, vocab_size=26, max_len=1024, build="study")
+    assert (cfg.init, cfg.block_bias, cfg.final_norm_bias, cfg.norm_eps) == ("zoology", True, True, 1e-5)
+    assert cfg.options == {"attention": {"out_bias": True}}
+    assert sum(p.numel() for p in build(cfg).parameters()) == 166_912
+    ours = build(make_config("attention", d_model=64, vocab_size=26, max_len=1024))
+    assert sum(p.numel() for p in ours.parameters()) == 166_912 - 2 * (2 * 64 + 64 + 256 + 64) - 64  # no biases
 
 
 def test_final_norm_defaults_to_the_last_layers_and_can_be_set():
@@ -90,4 +121,4 @@ def test_study_build_is_the_published_fields_and_explicit_fields_win():
     cfg = make_config("mamba", 0, vocab_size=4096, build="study", norm_eps=1e-6)
     assert cfg.norm_eps == 1e-6 and "conv_bias" not in cfg.options.get("mamba", {})  # no conv, no conv bias
     with pytest.raises(ValueError, match="build 'study'"):
-        make_config("attention", build="study")
+        make_config("hyena", build="study")

@@ -92,6 +92,20 @@ def test_runs_on_the_published_atr_grammar_are_not_seeds_of_our_cells():
     assert sorted(runs["acc"]) == [0.87, 0.88] and set(runs["grammar"]) == {"easy"}
 
 
+def test_runs_of_the_study_codes_build_are_not_seeds_of_our_cells_where_those_are_ours():
+    """Attention built as the study's code builds it checks the ATR offset; Mamba's cells are of that build."""
+    from pages.rates import committed_runs
+
+    def row(preset, seed, acc, build):
+        return {"status": "done", "task.name": "atr", "task.params.grammar": "easy", "arch": preset, "arch_name": preset,
+                "arch_conv": None, "model.d_model": 64, "optim.lr": 1e-3, "seed": seed, "acc": acc, "eval.size": 1024,
+                "model.preset": preset, "model.build": build}
+
+    runs = committed_runs([pd.DataFrame([row("attention", 0, 0.88, "mecheval"), row("attention", 1, 0.87, None),
+                                         row("attention", 0, 0.93, "study"), row("mamba", 0, 0.94, "study")])])
+    assert sorted(zip(runs["arch"], runs["acc"])) == [("attention", 0.87), ("attention", 0.88), ("mamba", 0.94)]
+
+
 def test_a_rate_whose_run_diverged_is_tried_and_worse_so_it_brackets_the_best():
     """Mamba on ATR easy: 1e-2 learned best, 3e-2 diverged (no accuracy): the best, 1e-2, is bracketed."""
     from pages.rates import committed_runs

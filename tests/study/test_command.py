@@ -50,6 +50,20 @@ def test_the_command_names_the_published_grammar_draw(tmp_path):
     assert _parses(command)["grammar_draw"] == "published"
 
 
+def test_the_command_names_a_build_other_than_the_scales(tmp_path):
+    study = _study(tmp_path / "a", "atr", "paper", archs=["attention"], widths=[64], lrs=[1e-3], grammars=["easy"],
+                   build="study")
+    command = study_command(study, out="results/x")
+    assert command == ("mecheval study atr --scale paper --widths 64 --lrs 0.001 --grammars easy --archs attention "
+                       "--build study --out results/x")
+    assert rebuilds_spec(study) is True and _parses(command)["build"] == "study"
+    # Mamba's paper-scale default is the study's build: the command does not name it
+    default = _study(tmp_path / "b", "atr", "paper", archs=["mamba"], widths=[64], grammars=["easy"])
+    assert "--build" not in study_command(default) and rebuilds_spec(default) is True
+    with pytest.raises(ValueError, match="hyena: build 'study' is the study's code's LM of mamba or attention"):
+        STUDIES["atr"].sweep("paper", archs=["hyena"], build="study")
+
+
 def test_early_stop_seeds_and_a_changed_preset(tmp_path):
     study = _study(tmp_path, "ar-mamba-conv", "paper", archs=["mamba (d_conv 2)", "mamba (d_conv 3)"], widths=[32],
                    lrs=[1e-2], seeds=[1, 2], early_stop=True)

@@ -7,8 +7,10 @@ per cell and rate: seeds, mean accuracy, verdicts, whether it is the cell's best
 bracketed), `rate_figure` its picture, `bracket_table` the cells that do not agree with the study; `coverage_table` the published accuracy cells, each with what we ran
 for it and the strict comparison (`decide.compare_accuracy`) at its best rate, `coverage_summary` their counts.
 An ATR run trained with held-out pairs is a cell of its own (grammar `easy held-out`), read on the held-out pairs.
-An ATR run trained on the published grammar itself (`task.params.grammar_draw` other than `mecheval`) is a check of
-the ATR-easy offset (docs/findings/atr.md), another design than our cells' runs: it is not counted among them.
+An ATR run trained on the published grammar itself (`task.params.grammar_draw` other than `mecheval`), or a model
+built as the study's code builds it where its preset's runs are ours (`--build study` for attention: `model.build`
+other than PAPER_BUILD's), is a check of the ATR-easy offset (docs/findings/atr.md), another design than our cells'
+runs: it is not counted among them.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from mecheval.report.compare import published_accuracy, published_verdict, final
 from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
+from mecheval.study.presets import PAPER_BUILD  # noqa: E402
 from mecheval.sweeps.table import DIVERGED, best_rates  # noqa: E402
+from mecheval.training.config import ADDED_LATER  # noqa: E402
 
 CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
 NO_VERDICT = "not read"
 HELDOUT = " held-out"  # the grammar suffix of a generalisation run's cell (read on its held-out pairs)
 HOLDOUT = "task.params.holdout_frac"
 DRAW = "task.params.grammar_draw"  # ATR's grammar: ours from its seed (`mecheval`, the default), or the published one
+BUILD = "model.build"  # the LM as we build it (`mecheval`, the default) or as the study's code does (`study`)
 RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "seeds", "acc", "acc_lo", "acc_hi", "verdict", "verdicts",
                 "published", "best", "rates", "bracketed"]
 
@@ -46,7 +51,8 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     if not tables:
         return pd.DataFrame(columns=[*CELL, "optim.lr", "seed", "acc"])
     df = pd.concat(tables, ignore_index=True)
-    df = df[df["status"].isin(["done", DIVERGED]) & (df[DRAW].fillna("mecheval") == "mecheval" if DRAW in df else True)].copy()
+    df = df[df["status"].isin(["done", DIVERGED]) & (df[DRAW].fillna("mecheval") == "mecheval" if DRAW in df else True)
+            & ~_other_build(df)].copy()
     df.loc[df["status"] == DIVERGED, "verdict"] = DIVERGED  # a rate tried: no accuracy, worse than any that trained
     grammar = df[GRAMMAR].fillna("easy") if GRAMMAR in df else pd.Series("easy", index=df.index)
     held = df[HOLDOUT].fillna(0) > 0 if HOLDOUT in df else pd.Series(False, index=df.index)
@@ -54,6 +60,16 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     if "acc_heldout" in df:  # a generalisation run is compared on its held-out pairs
         df["acc"] = df["acc_heldout"].where(held, df["acc"])
     return df.drop_duplicates([*CELL, "optim.lr", "seed", "acc"], ignore_index=True)
+
+
+def _other_build(df: pd.DataFrame) -> pd.Series:
+    """Rows whose model is built otherwise than its preset's paper-scale runs by default (PAPER_BUILD), where that
+    default is ours: `--build study` where the cell's runs are of our build."""
+    if BUILD not in df:
+        return pd.Series(False, index=df.index)
+    default = df["model.preset"].map(PAPER_BUILD).fillna(ADDED_LATER[BUILD])
+    build = df[BUILD].fillna(ADDED_LATER[BUILD])
+    return (build != default) & (build != ADDED_LATER[BUILD])
 
 
 def rate_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
         "mecheval study ar-architectures --seeds 0,1,2 --cohort auto --out results/ar",
         "mecheval study ar-architectures --archs mypkg.mod:MyMixer --out results/mine",
         "mecheval study atr-mamba-noconv --scale paper --widths 64 --archs attention,mamba --grammar-draw published --out results/atr-published",
+        "mecheval study atr --scale paper --widths 64 --lrs 1e-3 --grammars easy --archs attention --build study --out results/atr-study-build",
         "mecheval study --list",
     ))
     def study(
@@ -38,6 +39,7 @@ def register(app: typer.Typer) -> None:
         early_stop: Annotated[bool, typer.Option("--early-stop", help="End a run at test accuracy >= 0.99 at two evaluations in a row.")] = False,
         grammars: Annotated[Optional[list[str]], typer.Option(help="ATR studies: the grammars to train, e.g. easy (default: the scale's).")] = None,
         grammar_draw: Annotated[Optional[Literal["mecheval", "published", "published-sets"]], typer.Option("--grammar-draw", help="ATR easy studies: the grammar (ATRParams.grammar_draw): ours from its seed (mecheval, default), the published easy grammar itself (published: documents drawn by our sampler), or, at the paper scale, also the published training set as the fixed set (published-sets).")] = None,
+        build: Annotated[Optional[Literal["mecheval", "study"]], typer.Option("--build", help="Every model's build (ModelConfig.build): study, the LM as the study's code builds it (Mamba and attention: zoology's init, its biases and norms), or mecheval, ours (default: study for Mamba at the paper scale, else mecheval).")] = None,
         train_order: Annotated[Optional[Literal["replay", "shuffle"]], typer.Option("--train-order", help="paper scale: the fixed set in one order every epoch (replay, the study's; default) or a new one each epoch (shuffle).")] = None,
         list_: Annotated[bool, typer.Option("--list", help="List the studies and exit.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
@@ -72,7 +74,7 @@ def register(app: typer.Typer) -> None:
             "seeds": _numbers(seeds, int, "--seeds"),
             "archs": split_list(archs),
             "early_stop": early_stop, "train_order": train_order, "grammars": split_list(grammars),
-            "grammar_draw": grammar_draw,
+            "grammar_draw": grammar_draw, "build": build,
             "trackers": trackers(tensorboard=tensorboard, wandb=wandb),
         }
         for tracker in axes["trackers"]:  # a missing package stops the study before any run starts
@@ -83,7 +85,7 @@ def register(app: typer.Typer) -> None:
         try:
             STUDIES[preset].sweep(scale, **axes)
         except ValueError as e:
-            hint = next((f"--{k}" for k in ("train-order", "grammar-draw", "grammars") if k.replace("-", "_") in str(e)), "--archs")
+            hint = next((f"--{k}" for k in ("train-order", "grammar-draw", "grammars", "build") if k.replace("-", "_") in str(e)), "--archs")
             raise typer.BadParameter(str(e), param_hint=hint) from None
         report = run_study(preset, out, scale, executor, workers, address, n_examples=n, quiet=quiet, new=new, cohort=size,
                            **axes)

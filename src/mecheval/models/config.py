@@ -20,6 +20,12 @@ NormKind = Literal["layernorm", "rmsnorm"]
 # `build: study`: the LM fields of the study's code (tinylang's Zoology LM: zoology's init and final
 # LayerNorm, mamba_ssm's RMSNorm eps); see docs/mamba-published-scale.md
 STUDY_BUILD = {"init": "zoology", "final_norm": "layernorm", "final_norm_bias": True, "norm_eps": 1e-5}
+# zoology's block type of each mixer the study's code builds (`zoology.model._init_weights` inits them apart)
+ZOOLOGY_BLOCKS = {"mamba": "MambaBlock", "attention": "TransformerBlock"}
+# ... and the study build's further fields per block type: mamba_ssm's conv bias (where every layer has a conv);
+# the biases of zoology's TransformerBlock (its LayerNorms, MLP and attention's output projection)
+STUDY_BUILD_BLOCK = {"MambaBlock": {"options": {"mamba": {"conv_bias": True}}},
+                     "TransformerBlock": {"block_bias": True, "options": {"attention": {"out_bias": True}}}}
 
 
 def _per_layer(value: Any, n_layers: int, field: str) -> list:
@@ -63,18 +69,22 @@ class ModelConfig(Checked):
     )
     init: Literal["mecheval", "zoology"] = Field(
         "mecheval",
-        description="mecheval: h_0 = sqrt(D) E, E ~ N(0, 1/D), P ~ N(0, 1). zoology (Mamba models only), as the"
-        " study's code: h_0 = E + P, both ~ N(0, 0.02^2); each Mamba out_proj re-drawn and divided by sqrt(n_layers)",
+        description="mecheval: h_0 = sqrt(D) E, E ~ N(0, 1/D), P ~ N(0, 1). zoology (Mamba or attention models), as"
+        " the study's code: h_0 = E + P, both ~ N(0, 0.02^2); each Mamba out_proj re-drawn and divided by"
+        " sqrt(n_layers); in attention blocks every Linear ~ N(0, 0.02^2), attention's output projection and the"
+        " MLP's down projection ~ N(0, 0.02^2 / (2 n_layers)), biases zero",
     )
     init_std: float | None = Field(
         None, gt=0, description="std of the token embeddings; None: d_model ** -0.5 (init mecheval), 0.02 (zoology)"
     )
+    block_bias: bool = Field(False, description="biases in the blocks' LayerNorms and MLPs, as zoology's TransformerBlock has")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     build: Literal["mecheval", "study"] = Field(
         "mecheval",
-        description="study (Mamba models only): the LM as the study's code builds it, where a field is not set"
-        " explicitly: init zoology, final LayerNorm with a bias, norm eps 1e-5, the conv bias of mamba_ssm"
-        " (when every layer has a short conv; d_conv 0 has no conv and so no bias)",
+        description="study (Mamba or attention models): the LM as the study's code builds it, where a field is not"
+        " set explicitly: init zoology, final LayerNorm with a bias, norm eps 1e-5; Mamba: the conv bias of"
+        " mamba_ssm (when every layer has a short conv; d_conv 0 has no conv and so no bias); attention: biases in"
+        " the block norms, the MLP and attention's output projection",
     )
 
     @model_validator(mode="before")
@@ -123,8 +133,9 @@ class ModelConfig(Checked):
                 raise ValueError(f"options.{name}.{format_validation_error(e, '; ')}") from None
             except (PluginError, ValueError) as e:
                 raise ValueError(f"options.{name}: {e}") from None
-        if self.init == "zoology" and set(mixers) != {"mamba"}:
-            raise ValueError(f"init 'zoology' is the study's scheme for Mamba models only; mixers are {mixers}")
+        if self.init == "zoology" and not set(mixers) <= set(ZOOLOGY_BLOCKS):
+            raise ValueError(f"init 'zoology' is the study's scheme for {' or '.join(ZOOLOGY_BLOCKS)} blocks only; "
+                             f"mixers are {mixers}")
         # Write the resolution back (bypassing validation: these are already valid).
         object.__setattr__(self, "mixer", mixers)
         object.__setattr__(self, "d_conv", convs)
@@ -139,15 +150,20 @@ class ModelConfig(Checked):
         return self
 
     def _apply_study_build(self, mixers: list[str], convs: list) -> None:
-        """`build: study`: the fields of STUDY_BUILD and mamba's conv bias, where not set explicitly."""
-        if set(mixers) != {"mamba"}:
-            raise ValueError(f"build 'study' is the study's code's LM for Mamba models only; mixers are {mixers}")
-        for name, value in STUDY_BUILD.items():
+        """`build: study`: the fields of STUDY_BUILD and of the block type's STUDY_BUILD_BLOCK (an option only
+        where the mixer has what it sets: Mamba's conv bias where every layer has a conv), where not set explicitly."""
+        if len(set(mixers)) != 1 or mixers[0] not in ZOOLOGY_BLOCKS:
+            raise ValueError(f"build 'study' is the study's code's LM of {' or '.join(ZOOLOGY_BLOCKS)} models only "
+                             f"(one mixer in every layer); mixers are {mixers}")
+        fields = {**STUDY_BUILD, **STUDY_BUILD_BLOCK[ZOOLOGY_BLOCKS[mixers[0]]]}
+        options = fields.pop("options")
+        if not all(isinstance(c, int) and c >= 1 for c in convs):  # no conv, no conv bias
+            options = {m: {o: v for o, v in opts.items() if o != "conv_bias"} for m, opts in options.items()}
+        for name, value in fields.items():
             if name not in self.model_fields_set:
                 object.__setattr__(self, name, value)
-        mamba = self.options.get("mamba", {})
-        if "conv_bias" not in mamba and all(isinstance(c, int) and c >= 1 for c in convs):
-            object.__setattr__(self, "options", {**self.options, "mamba": {**mamba, "conv_bias": True}})
+        merged = {m: {**opts, **self.options.get(m, {})} for m, opts in options.items() if opts}
+        object.__setattr__(self, "options", {**self.options, **merged})
 
     def mixer_options(self, name: str):
         """The validated options of mixer `name` (its defaults updated by `options[name]`)."""

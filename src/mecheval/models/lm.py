@@ -22,13 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mecheval.models.config import HFModelConfig, ModelConfig, is_hf_model
+from mecheval.models.config import ZOOLOGY_BLOCKS, HFModelConfig, ModelConfig, is_hf_model
 from mecheval.models.kinds import model_kind
 from mecheval.models.mixers import mixer_spec
 from mecheval.models.norms import RMSNorm
 from mecheval.models.sites import Site, run_with_cache
 
-ZOOLOGY_STD = 0.02  # the std of embeddings (token and position) in the study's code (zoology's _init_weights)
+ZOOLOGY_STD = 0.02  # the std of embeddings (token and position) and Linears in the study's code (zoology's _init_weights)
 
 
 def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = False) -> nn.Module:
@@ -64,12 +64,12 @@ def name_sites(layers) -> "OrderedDict[str, Site]":
 
 
 class MLP(nn.Module):
-    """y = W_2 gelu(W_1 x), hidden width ratio * D, no bias."""
+    """y = W_2 gelu(W_1 x + b_1) + b_2, hidden width ratio * D; the biases only with `bias`."""
 
-    def __init__(self, d: int, ratio: int) -> None:
+    def __init__(self, d: int, ratio: int, bias: bool = False) -> None:
         super().__init__()
-        self.up = nn.Linear(d, ratio * d, bias=False)
-        self.down = nn.Linear(ratio * d, d, bias=False)
+        self.up = nn.Linear(d, ratio * d, bias=bias)
+        self.down = nn.Linear(ratio * d, d, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.gelu(self.up(x)))
@@ -80,11 +80,11 @@ class Block(nn.Module):
         super().__init__()
         spec = mixer_spec(cfg.mixer[i])
         self.resid_pre, self.mixer_in, self.mixer_out, self.resid_mid = Site(), Site(), Site(), Site()
-        self.norm1 = make_norm(cfg.norm[i], cfg.d_model, cfg.norm_eps)
+        self.norm1 = make_norm(cfg.norm[i], cfg.d_model, cfg.norm_eps, cfg.block_bias)
         self.mixer = spec.cls(cfg.d_model, cfg.d_conv[i], cfg.mixer_options(cfg.mixer[i]), i, cfg.max_len)
         if cfg.mlp[i]:
-            self.norm2 = make_norm(cfg.norm[i], cfg.d_model, cfg.norm_eps)
-            self.mlp = MLP(cfg.d_model, cfg.mlp_ratio)
+            self.norm2 = make_norm(cfg.norm[i], cfg.d_model, cfg.norm_eps, cfg.block_bias)
+            self.mlp = MLP(cfg.d_model, cfg.mlp_ratio, cfg.block_bias)
             self.mlp_out = Site()
         else:
             self.mlp = None
@@ -141,9 +141,27 @@ class LM(nn.Module):
             nn.init.normal_(self.head.weight, std=d**-0.5)
         if zoology:
             for block in self.layers:
-                w = block.mixer.out_proj.weight
-                nn.init.kaiming_uniform_(w, a=math.sqrt(5))
-                w /= math.sqrt(self.cfg.n_layers)
+                self._zoology_block(block)
+
+    def _zoology_block(self, block: "Block") -> None:
+        """zoology's `_init_weights` of one block, by its block type. MambaBlock: mamba_ssm's init, but out_proj
+        re-drawn and divided by sqrt(n_layers) (one residual per layer). TransformerBlock: every Linear
+        ~ N(0, 0.02²) with zero biases, the two residual projections (attention's W_o, the MLP's W_2)
+        ~ N(0, 0.02² / (2 n_layers)) (GPT-2's scaled init: two residuals per layer)."""
+        n = self.cfg.n_layers
+        if ZOOLOGY_BLOCKS[self.cfg.mixer[0]] == "MambaBlock":
+            w = block.mixer.out_proj.weight
+            nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+            w /= math.sqrt(n)
+            return
+        for m in block.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=ZOOLOGY_STD)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        for residual in (block.mixer.out, block.mlp.down if block.mlp is not None else None):
+            if residual is not None:
+                nn.init.normal_(residual.weight, std=ZOOLOGY_STD / math.sqrt(2 * n))
 
     def sites(self) -> "OrderedDict[str, Site]":
         """Site name -> identity module, in forward order: `layers.{i}.{resid_pre,…,resid_post}`."""

@@ -3,7 +3,7 @@
 A study directory holds its spec (`sweep.yaml`, what `Study.sweep` wrote) and `study.json` (preset and
 scale, the architectures as given); the command line follows from them: the grid's widths, rates, seeds and
 grammars, the ATR grammar draw, the base's early stop, training order and experiment trackers, the architectures (where not the
-preset's whole list).
+preset's whole list), the models' build (where not the scale's default).
 Running it again resumes the study. `study_axes` parses it back into `Study.sweep`'s keyword arguments;
 `rebuilds_spec` says whether those rebuild the committed spec (not where the preset has changed since).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from mecheval.plugins import is_import_path
 from mecheval.report.analyse import study_meta
 from mecheval.store import studies
-from mecheval.study.presets import PAPER_TRAIN_ORDER, SCALES, STUDIES, point_label
+from mecheval.study.presets import PAPER_BUILD, PAPER_TRAIN_ORDER, SCALES, STUDIES, point_label
 from mecheval.sweeps.runner import SPEC
 from mecheval.training.config import ADDED_LATER
 from mecheval.training.loggers import MODULES as TRACKERS
@@ -46,6 +46,11 @@ def study_command(study_dir: Path, out: str | None = None) -> str | None:
     draw = base.get("task", {}).get("params", {}).get("grammar_draw", ADDED_LATER["task.params.grammar_draw"])
     if draw != ADDED_LATER["task.params.grammar_draw"]:
         words += ["--grammar-draw", draw]
+    builds = {p.get("model.build", ADDED_LATER["model.build"]) for p in spec.points}
+    defaults = {(PAPER_BUILD.get(p.get("model.preset")) if meta["scale"] == "paper" else None) or ADDED_LATER["model.build"]
+                for p in spec.points}
+    if builds != defaults and len(builds) == 1:  # every point built one way (`--build`), not the scale's default
+        words += ["--build", builds.pop()]
     order = base.get("train_order", ADDED_LATER["train_order"])  # a spec older than the field: its default then
     if meta["scale"] == "paper" and order != PAPER_TRAIN_ORDER:
         words += ["--train-order", order]
@@ -65,6 +70,7 @@ def study_axes(command: str) -> tuple[str, str, dict]:
     axes |= {"archs": flags["--archs"].split(",")} if "--archs" in flags else {}
     axes |= {"early_stop": "--early-stop" in flags, "train_order": flags.get("--train-order")}
     axes |= {"grammar_draw": flags["--grammar-draw"]} if "--grammar-draw" in flags else {}
+    axes |= {"build": flags["--build"]} if "--build" in flags else {}
     chosen = [t for t in TRACKERS if f"--{t}" in flags]
     axes |= {"trackers": chosen} if chosen else {}
     return words[2], flags["--scale"], axes

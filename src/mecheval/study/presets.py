@@ -125,6 +125,7 @@ class Study:
         grammars: list[str] | None = None,
         grammar_draw: str | None = None,
         trackers: list[str] | None = None,
+        build: str | None = None,
     ) -> dict:
         """The sweep at `scale`; widths / lrs / seeds replace the scale's axes (seeds: the cpu scale's default is
         `cpu_seeds`, else seed 0 alone, as at the paper scale), archs keeps only the
@@ -134,7 +135,9 @@ class Study:
         grammars replace an ATR study's grammars (e.g. ["easy"] for the paper scale's zoo on ATR easy); grammar_draw
         trains an ATR easy study on the published grammar itself ("published", documents drawn by our sampler) or,
         at the paper scale, on the published training set ("published-sets"; `ATRParams.grammar_draw`); trackers
-        name the experiment trackers every run logs to (`TrainConfig.loggers`: "tensorboard", "wandb")."""
+        name the experiment trackers every run logs to (`TrainConfig.loggers`: "tensorboard", "wandb"); build sets
+        every architecture's `model.build` ("study": the LM as the study's code builds it, for Mamba and attention;
+        None: PAPER_BUILD at the paper scale, our build at the cpu scale)."""
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")
         paper = scale == "paper"
@@ -169,7 +172,9 @@ class Study:
             base["train_order"] = train_order or PAPER_TRAIN_ORDER
             if self.paper_length_groups != 1:
                 base["length_groups"] = self.paper_length_groups
-        if paper:
+        if build is not None:
+            points = [_with_build(p, build) for p in points]
+        elif paper:
             points = [_with_paper_build(p) for p in points]
         return {"base": base, "list": points, "grid": grid}
 
@@ -197,9 +202,8 @@ class Study:
             try:
                 ATRParams(**{**params, "grammar": grammar})
             except ValidationError as e:
-                reason = "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in e.errors())
                 hint = " (give --grammars easy)" if grammar != "easy" else ""
-                raise ValueError(f"{reason}{hint}") from None
+                raise ValueError(f"{_reasons(e)}{hint}") from None
         return {**task, "params": params}
 
     def _grammars(self, grammars: list[str], paper: bool) -> list[str]:
@@ -217,6 +221,27 @@ def _with_paper_build(point: dict) -> dict:
     """The point with its preset's paper-scale build (PAPER_BUILD), if it has one."""
     build = PAPER_BUILD.get(point.get("model.preset"))
     return point if build is None else {**point, "model.build": build}
+
+
+def _with_build(point: dict, build: str) -> dict:
+    """The point with `model.build` set to `build`; ValueError naming the architecture where its model cannot be
+    built so (`ModelConfig`: the study's build is Mamba's and attention's)."""
+    from pydantic import ValidationError
+
+    from mecheval.models.config import ModelConfig
+
+    fields = {k.removeprefix("model."): v for k, v in point.items() if k.startswith("model.")}
+    if "hf" not in fields:
+        try:
+            ModelConfig(vocab_size=2, **fields, build=build)
+        except ValidationError as e:
+            raise ValueError(f"{point_label(point)}: {_reasons(e)}") from None
+    return {**point, "model.build": build}
+
+
+def _reasons(e) -> str:
+    """A pydantic ValidationError's messages, as its validators raised them."""
+    return "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in e.errors())
 
 
 def point_label(point: dict) -> str:

@@ -179,6 +179,7 @@ NOT_IDENTITY = {"device", "checkpoint_every", "snapshots", "resources", "loggers
 # field (dotted) -> the default that earlier runs trained with (a config.yaml without the field trained so:
 # `as_trained`, where today's default differs, as length_groups now comes from the task)
 ADDED_LATER = {"train_order": "shuffle", "length_groups": 1, "model.norm_eps": None, "model.final_norm_bias": False, "model.build": "mecheval",
+               "model.block_bias": False,
                "task.params.grammar_draw": "mecheval"}
 
 

@@ -29,6 +29,7 @@ from mecheval.models.sites import Site, observed
 
 class AttentionOptions(MixerOptions):
     n_heads: int = Field(1, gt=0)
+    out_bias: bool = Field(False, description="a bias in W_o (y_t = W_o core_t + b_o), as zoology's attention has")
 
 
 class Attention(Mixer):
@@ -38,7 +39,7 @@ class Attention(Mixer):
         super().__init__(d_model, conv, options, layer_idx, max_len)
         self.n_heads = options.n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.out = nn.Linear(d_model, d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=options.out_bias)
         self.attn_pattern = Site()
         for h in range(self.n_heads):
             setattr(self, f"head{h}", Site())
