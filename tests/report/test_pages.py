@@ -185,3 +185,14 @@ def test_a_block_chooses_studies_by_their_atr_grammar_draw(tmp_path):
     assert _chosen(root, "pooled", {"task": "ar", "draw": "mecheval"}, page) == [Path(STUDY)]
     with pytest.raises(PageError, match="no study under results/ matches"):
         _chosen(root, "pooled", {"task": "ar", "draw": "published,published-sets"}, page)
+
+
+def test_a_block_chooses_studies_by_their_build(tmp_path):
+    """`build=`: a study of our build (attention, cpu scale) is `default`, so `build=study` leaves it out."""
+    from pages.blocks import _chosen
+
+    root = _tree(tmp_path, f"studies study={STUDY}")
+    page = Path("docs/page.md")
+    assert _chosen(root, "pooled", {"task": "ar", "build": "default"}, page) == [Path(STUDY)]
+    with pytest.raises(PageError, match="no study under results/ matches"):
+        _chosen(root, "pooled", {"task": "ar", "build": "study"}, page)

@@ -43,8 +43,9 @@ KINDs:
                 its two-token term play the conv's role (`modern.py`)
 
 Studies are selected by `study=DIR` (or `study=DIR,DIR`: several, such as training sweeps without a preset), or by
-`task`, `scale` (a glob: `paper-d*`), `preset` (a, b: either) and `draw` (ATR's grammar draw: `mecheval`, ours from
-its seed, or `published`: a pool compares the published values with one design at a time).
+`task`, `scale` (a glob: `paper-d*`), `preset` (a, b: either), `draw` (ATR's grammar draw: `mecheval`, ours from
+its seed, or `published`) and `build` (`default`, or `study`: attention built as the study's code builds it): a pool
+compares the published values with one design at a time.
 `write_pages(root)` fills every block and draws the figures (their numbers in docs/figures/study.csv, per
 study spanning several widths docs/figures/widths/SCALE-NAME.csv, per pool docs/figures/pooled/NAME*.csv);
 `stale_pages(root)` names what differs from the files now (the test that keeps the pages true).
@@ -84,7 +85,7 @@ from mecheval.training.run_dir import RunDir
 from pages.markup import md_code, md_text, slug
 from pages.modern import modern_rows, term_answer, term_archs
 from pages.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
-from pages.rates import bracket_table, committed_runs, coverage_summary, coverage_table, rate_figure, rate_table
+from pages.rates import bracket_table, committed_runs, coverage_summary, coverage_table, other_build, rate_figure, rate_table
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 RESULTS = "results"
@@ -138,6 +139,12 @@ def _draw(study: Path) -> str:
     """The ATR grammar draw the study's runs trained on (`ATRParams.grammar_draw`; `mecheval` where not set)."""
     draw = _table(str(study)).get("task.params.grammar_draw", pd.Series(dtype=object)).dropna()
     return str(draw.iloc[0]) if len(draw) else "mecheval"
+
+
+def _build(study: Path) -> str:
+    """`study` where the study's runs are built as the study's code builds them and their presets' runs are not
+    (`mecheval study --build study` for attention: `rates.other_build`), else `default`."""
+    return "study" if other_build(_table(str(study))).any() else "default"
 
 
 def _spec(text: str, page: Path) -> tuple[str, dict[str, str]]:
@@ -649,7 +656,8 @@ def _matches(root: Path, study: Path, args: dict[str, str]) -> bool:
     return (fnmatch.fnmatchcase(study.parent.name, args.get("scale", "*"))
             and args.get("task", _task(root / study)) == _task(root / study)
             and ("preset" not in args or study_meta(root / study).get("preset") in args["preset"].split(","))
-            and ("draw" not in args or _draw(root / study) in args["draw"].split(",")))
+            and ("draw" not in args or _draw(root / study) in args["draw"].split(","))
+            and ("build" not in args or _build(root / study) in args["build"].split(",")))
 
 
 def _args(args: dict[str, str]) -> str:

@@ -52,7 +52,7 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.DataFrame(columns=[*CELL, "optim.lr", "seed", "acc"])
     df = pd.concat(tables, ignore_index=True)
     df = df[df["status"].isin(["done", DIVERGED]) & (df[DRAW].fillna("mecheval") == "mecheval" if DRAW in df else True)
-            & ~_other_build(df)].copy()
+            & ~other_build(df)].copy()
     df.loc[df["status"] == DIVERGED, "verdict"] = DIVERGED  # a rate tried: no accuracy, worse than any that trained
     grammar = df[GRAMMAR].fillna("easy") if GRAMMAR in df else pd.Series("easy", index=df.index)
     held = df[HOLDOUT].fillna(0) > 0 if HOLDOUT in df else pd.Series(False, index=df.index)
@@ -62,10 +62,10 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     return df.drop_duplicates([*CELL, "optim.lr", "seed", "acc"], ignore_index=True)
 
 
-def _other_build(df: pd.DataFrame) -> pd.Series:
+def other_build(df: pd.DataFrame) -> pd.Series:
     """Rows whose model is built otherwise than its preset's paper-scale runs by default (PAPER_BUILD), where that
     default is ours: `--build study` where the cell's runs are of our build."""
-    if BUILD not in df:
+    if BUILD not in df or "model.preset" not in df:  # no build set, or no preset (a plug-in): ours
         return pd.Series(False, index=df.index)
     default = df["model.preset"].map(PAPER_BUILD).fillna(ADDED_LATER[BUILD])
     build = df[BUILD].fillna(ADDED_LATER[BUILD])
