@@ -176,23 +176,14 @@ def test_a_block_selects_several_studies_by_their_directories(tmp_path):
         _chosen(root, "modern", {"study": "results/cpu/absent"}, page)
 
 
-def test_a_block_chooses_studies_by_their_atr_grammar_draw(tmp_path):
-    """`draw=`: a study without the field trained on our draw (`mecheval`), so `draw=published` leaves it out."""
+@pytest.mark.parametrize("field, ours, other", [("draw", "mecheval", "published,published-sets"), ("build", "default", "study")])
+def test_a_block_chooses_studies_by_their_design(tmp_path, field, ours, other):
+    """`draw=`: a study without the field trained on our draw (`mecheval`); `build=`: a study of our build (attention,
+    cpu scale) is `default`: asking for the other design leaves it out."""
     from pages.blocks import _chosen
 
     root = _tree(tmp_path, f"studies study={STUDY}")
     page = Path("docs/page.md")
-    assert _chosen(root, "pooled", {"task": "ar", "draw": "mecheval"}, page) == [Path(STUDY)]
+    assert _chosen(root, "pooled", {"task": "ar", field: ours}, page) == [Path(STUDY)]
     with pytest.raises(PageError, match="no study under results/ matches"):
-        _chosen(root, "pooled", {"task": "ar", "draw": "published,published-sets"}, page)
-
-
-def test_a_block_chooses_studies_by_their_build(tmp_path):
-    """`build=`: a study of our build (attention, cpu scale) is `default`, so `build=study` leaves it out."""
-    from pages.blocks import _chosen
-
-    root = _tree(tmp_path, f"studies study={STUDY}")
-    page = Path("docs/page.md")
-    assert _chosen(root, "pooled", {"task": "ar", "build": "default"}, page) == [Path(STUDY)]
-    with pytest.raises(PageError, match="no study under results/ matches"):
-        _chosen(root, "pooled", {"task": "ar", "build": "study"}, page)
+        _chosen(root, "pooled", {"task": "ar", field: other}, page)
