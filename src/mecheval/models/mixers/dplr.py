@@ -61,10 +61,11 @@ class DPLRState(MatrixState):
     def _step_of(self, pos: torch.Tensor) -> torch.Tensor:
         return (pos + 1) * self.substeps - 1
 
-    def _moved(self, rows: torch.Tensor, moves: torch.Tensor) -> torch.Tensor:
-        """Δo at every token [n, T, H, d_v] from moves of S after each step [n, T n, H, d_k, d_v]."""
+    def _moved(self, rows: torch.Tensor, moves: torch.Tensor, first: int = 0) -> torch.Tensor:
+        """Δo at every token [n, T, H, d_v] from moves of S after each step [n, T n, H, d_k, d_v] (none before step
+        `first`)."""
         dlr = (_rows(x, rows) for x in (self.q, self.log_w, self.a, self.b))
-        return dplr_states_response(*dlr, moves)[:, last_steps(self.substeps)]
+        return dplr_states_response(*dlr, moves, first)[:, last_steps(self.substeps)]
 
     def _at(self, rows, pos):
         kvwab = (_rows(x, rows) for x in (self.k, self.v, self.log_w, self.a, self.b))
@@ -73,8 +74,9 @@ class DPLRState(MatrixState):
     def _change(self, rows, pos, delta):
         dS = delta.view(len(rows), *self.k.shape[2:], self.v.shape[3])
         moves = dS.new_zeros(len(rows), self.q.shape[1], *dS.shape[1:])
-        moves[torch.arange(len(rows)), self._step_of(pos)] = dS
-        return self._moved(rows, moves)
+        steps = self._step_of(pos)
+        moves[torch.arange(len(rows)), steps] = dS
+        return self._moved(rows, moves, int(steps.min()))
 
     def _every(self, rows):
         kvwab = (_rows(x, rows) for x in (self.k, self.v, self.log_w, self.a, self.b))

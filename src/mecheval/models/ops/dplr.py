@@ -151,13 +151,14 @@ def dplr_states(k, v, log_w, a=None, b=None):
     return torch.stack(states, dim=1)
 
 
-def dplr_states_response(q, log_w, a, b, dS):
+def dplr_states_response(q, log_w, a, b, dS, first: int = 0):
     """The change of o when the state after every t moves by dS[:, t] [n, T, H, d_k, d_v] at once: with
     g_s = M_s g_{s-1} + dS_s, M_s = diag(w_s) + b_s a_s^T (the moves carried forward, nothing written),
-    Δo_s = (M_s g_{s-1})^T q_s, Δo_0 = 0 -> [n, T, H, d_v]."""
-    moves = dS.unbind(1)
-    g, out = moves[0], [dS.new_zeros(dS.shape[0], dS.shape[2], dS.shape[4])]
-    per_step = [x.unbind(1)[1:] if x is not None else [None] * (q.shape[1] - 1) for x in (q, log_w, a, b)]
+    Δo_s = (M_s g_{s-1})^T q_s, Δo_0 = 0 -> [n, T, H, d_v]. `first`: dS is zero before that step (a patch at one
+    position per row: the earliest), so that the steps before it (g = 0, Δo = 0) are not stepped through."""
+    moves = dS.unbind(1)[first:]
+    g, out = moves[0], [dS.new_zeros(dS.shape[0], dS.shape[2], dS.shape[4])] * (first + 1)
+    per_step = [x.unbind(1)[first + 1:] if x is not None else [None] * (q.shape[1] - 1 - first) for x in (q, log_w, a, b)]
     for q_s, log_w_s, a_s, b_s, dS_s in zip(*per_step, moves[1:]):
         moved = dplr_transition(g, log_w_s, a_s, b_s)
         out.append(torch.einsum("bhkv,bhk->bhv", moved, q_s))

@@ -1,0 +1,60 @@
+"""A DPLR state patch (DeltaProduct's, RWKV-7's: `ops.dplr.dplr_states_response`) at one position per row, stepped
+from the earliest patched step (`first`, what an interchange does since 2026-12-06) against stepped from step 0
+(the reference: what every patch did before).
+
+The state readout patches each layer's state at offsets from the key and from the answer, one position per row;
+on ATR easy (documents up to ~90 tokens, two substeps a token for DeltaProduct) its patches ran through every step
+before the patched one. Rows patched at positions drawn uniformly from [--from-frac·T, T); interleaved rounds;
+prints seconds per patch, the ratio and the largest difference between the two (0: the same arithmetic).
+
+    python benchmarks/state_patch.py [--n 512] [--steps 180] [--from-frac 0.2] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from common import median_seconds
+from mecheval.models.ops.dplr import dplr_states_response
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=512, help="rows (examples)")
+    ap.add_argument("--steps", type=int, default=180, help="recurrence steps (tokens × substeps)")
+    ap.add_argument("--from-frac", type=float, default=0.2, help="the earliest patched step, as a fraction of --steps")
+    ap.add_argument("--d", type=int, default=64, help="d_k = d_v (one head)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    g = torch.Generator().manual_seed(0)
+    n, T, d = args.n, args.steps, args.d
+    q, a, b = (torch.randn(n, T, 1, d, generator=g) / d**0.5 for _ in range(3))
+    log_w = -torch.rand(n, T, 1, d, generator=g) * 0.1
+    pos = torch.randint(int(args.from_frac * T), T, (n,), generator=g)
+    dS = torch.zeros(n, T, 1, d, d)
+    dS[torch.arange(n), pos] = torch.randn(n, 1, d, d, generator=g)
+    first = int(pos.min())
+
+    def skipping():
+        return dplr_states_response(q, log_w, a, b, dS, first)
+
+    def every_step():
+        return dplr_states_response(q, log_w, a, b, dS)
+
+    diff = (skipping() - every_step()).abs().max().item()
+    times = {"from the first patch": [], "every step (reference)": []}
+    for _ in range(3):
+        times["from the first patch"].append(median_seconds(skipping, repeats=1))
+        times["every step (reference)"].append(median_seconds(every_step, repeats=1))
+    fast, ref = (min(t) for t in times.values())
+    print(f"{n} rows, {T} steps, patched at steps {int(pos.min())}-{int(pos.max())}, {args.threads} thread(s)")
+    for name, t in times.items():
+        print(f"  {name:26s} {min(t):.3f} s per patch")
+    print(f"  ratio (reference / from the first patch): {ref / fast:.2f}x; largest difference {diff:.1e}")
+
+
+if __name__ == "__main__":
+    main()
