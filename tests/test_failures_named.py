@@ -43,6 +43,7 @@ def test_a_diverged_run_is_recorded_and_not_trained_again(tiny_run, tmp_path):
     assert run.diverged and run.ended and not run.finished
     assert record["lr"] == 1e8 and record["step"] >= 1 and "not finite" in record["reason"]
     assert record["wall_time_s"] > 0 and record["cpu_time_s"] > 0  # what the run cost until then
+    assert record["fingerprint"] == cfg.fingerprint()  # which config diverged, as a summary says which finished
     metrics = (tmp_path / "run" / METRICS).read_bytes()
     with pytest.raises(DivergedError, match=f"recorded in {DIVERGED}; not trained again"):
         train(cfg, tmp_path / "run", resume=True, quiet=True)

@@ -120,13 +120,14 @@ class RunDir:
 
     def read_divergence(self) -> dict:
         """diverged.json, checked (`step`, `reason`, `lr`; `last_eval`: the last evaluation before it, per split its
-        numbers; its cost so far, `wall_time_s`, `cpu_time_s`); ConfigError naming the file otherwise."""
+        numbers; its cost so far, `wall_time_s`, `cpu_time_s`; the config's `fingerprint`, as a summary records it,
+        since 2026-12-06); ConfigError naming the file otherwise."""
         return read_json_object(self.path / DIVERGED, {"step": int, "reason": str, "lr": NUMBER},
                                 optional={"last_eval": dict})
 
     def write_divergence(self, step: int, reason: str, lr: float, cost: dict) -> None:
         """Records that the run diverged at `step` (diverged.json), with its last logged evaluation and `cost` (its
-        `wall_time_s` and `cpu_time_s` until then, as a summary states them)."""
+        `wall_time_s` and `cpu_time_s` until then and the config's `fingerprint`, as a summary states them)."""
         last = next((r["eval"] for r in reversed(self.read_metrics()) if isinstance(r.get("eval"), dict)), None)
         record = {"step": step, "reason": reason, "lr": lr, **cost, **({"last_eval": last} if last else {})}
         atomic_write_text(self.path / DIVERGED, json.dumps(record, indent=2) + "\n", self.path)

@@ -302,7 +302,8 @@ class Trainer:
         """Records the divergence in the run directory (diverged.json: a result, not trained again) and raises
         DivergedError."""
         reason = f"{what} at step {step} (optim.lr {self.cfg.optim.lr:g})"
-        self.run.write_divergence(step, reason, self.cfg.optim.lr, {"wall_time_s": self.wall_s, "cpu_time_s": self.cpu_s})
+        self.run.write_divergence(step, reason, self.cfg.optim.lr, {"wall_time_s": self.wall_s, "cpu_time_s": self.cpu_s,
+                                                                    "fingerprint": self.cfg.fingerprint()})
         raise DivergedError(f"{self.run.path}: {reason}; nothing of that step was saved")
 
     def record(self, tokens_per_s: float) -> dict:
