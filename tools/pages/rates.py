@@ -9,7 +9,7 @@ for it and the strict comparison (`decide.compare_accuracy`) at its best rate, `
 An ATR run trained with held-out pairs is a cell of its own (grammar `easy held-out`), read on the held-out pairs.
 An ATR run trained on the published grammar itself (`task.params.grammar_draw` other than `mecheval`), or a model
 built as the study's code builds it where its preset's runs are ours (`--build study` for attention: `model.build`
-other than PAPER_BUILD's), is a check of the ATR-easy offset (docs/findings/atr.md), another design than our cells'
+other than its preset's default, `study.presets.default_build`), is a check of the ATR-easy offset (docs/findings/atr.md), another design than our cells'
 runs: it is not counted among them.
 """
 
@@ -29,7 +29,7 @@ from mecheval.report.compare import published_accuracy, published_verdict, final
 from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
-from mecheval.study.presets import PAPER_BUILD  # noqa: E402
+from mecheval.study.presets import default_build  # noqa: E402
 from mecheval.sweeps.table import DIVERGED, best_rates  # noqa: E402
 from mecheval.training.config import ADDED_LATER  # noqa: E402
 
@@ -63,11 +63,11 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def other_build(df: pd.DataFrame) -> pd.Series:
-    """Rows whose model is built otherwise than its preset's paper-scale runs by default (PAPER_BUILD), where that
+    """Rows whose model is built otherwise than its preset's paper-scale runs by default (`default_build`), where that
     default is ours: `--build study` where the cell's runs are of our build."""
     if BUILD not in df or "model.preset" not in df:  # no build set, or no preset (a plug-in): ours
         return pd.Series(False, index=df.index)
-    default = df["model.preset"].map(PAPER_BUILD).fillna(ADDED_LATER[BUILD])
+    default = df["model.preset"].map(lambda preset: default_build(preset, paper=True))
     build = df[BUILD].fillna(ADDED_LATER[BUILD])
     return (build != default) & (build != ADDED_LATER[BUILD])
 

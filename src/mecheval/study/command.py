@@ -16,7 +16,7 @@ from pathlib import Path
 from mecheval.plugins import is_import_path
 from mecheval.report.analyse import study_meta
 from mecheval.store import studies
-from mecheval.study.presets import PAPER_BUILD, PAPER_TRAIN_ORDER, SCALES, STUDIES, point_label
+from mecheval.study.presets import PAPER_TRAIN_ORDER, SCALES, STUDIES, default_build, point_label
 from mecheval.sweeps.runner import SPEC
 from mecheval.training.config import ADDED_LATER
 from mecheval.training.loggers import MODULES as TRACKERS
@@ -47,8 +47,7 @@ def study_command(study_dir: Path, out: str | None = None) -> str | None:
     if draw != ADDED_LATER["task.params.grammar_draw"]:
         words += ["--grammar-draw", draw]
     builds = {p.get("model.build", ADDED_LATER["model.build"]) for p in spec.points}
-    defaults = {(PAPER_BUILD.get(p.get("model.preset")) if meta["scale"] == "paper" else None) or ADDED_LATER["model.build"]
-                for p in spec.points}
+    defaults = {default_build(p.get("model.preset"), meta["scale"] == "paper") for p in spec.points}
     if builds != defaults and len(builds) == 1:  # every point built one way (`--build`), not the scale's default
         words += ["--build", builds.pop()]
     order = base.get("train_order", ADDED_LATER["train_order"])  # a spec older than the field: its default then

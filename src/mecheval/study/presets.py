@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from mecheval.common import set_dotted
 from mecheval.interventions.spec import ReadoutSpec
 from mecheval.models.presets import arch_label
+from mecheval.training.config import ADDED_LATER
 
 PAPER_WIDTHS = [16, 32, 64, 128, 256]
 PAPER_LRS = [3e-5, 1e-4, 3e-4, 1e-3, 3e-3]
@@ -215,6 +216,12 @@ class Study:
         if unknown or not grammars:
             raise ValueError(f"unknown grammars {unknown}; known: {ATR_GRAMMARS}")
         return list(grammars)
+
+
+def default_build(preset: str | None, paper: bool) -> str:
+    """The `model.build` a point of `preset` trains with where `--build` is not given: PAPER_BUILD's at the paper
+    scale, ours otherwise."""
+    return (PAPER_BUILD.get(preset) if paper else None) or ADDED_LATER["model.build"]
 
 
 def _with_paper_build(point: dict) -> dict:
