@@ -122,3 +122,11 @@ def test_study_build_is_the_published_fields_and_explicit_fields_win():
     assert cfg.norm_eps == 1e-6 and "conv_bias" not in cfg.options.get("mamba", {})  # no conv, no conv bias
     with pytest.raises(ValueError, match="build 'study'"):
         make_config("hyena", build="study")
+
+
+def test_zoology_init_of_a_hybrid_inits_each_block_by_its_own_type():
+    lm = build(ModelConfig(vocab_size=64, d_model=64, mixer=["mamba", "attention"], init="zoology"))
+    mamba, attention = lm.layers
+    assert mamba.mixer.out_proj.weight.abs().max() <= 128**-0.5 / math.sqrt(2) + 1e-7  # MambaBlock: kaiming / sqrt(n)
+    assert attention.mixer.qkv.weight.std().item() == pytest.approx(0.02, rel=0.05)  # TransformerBlock: N(0, 0.02²)
+    assert attention.mixer.out.weight.std().item() == pytest.approx(0.01, rel=0.1)

@@ -140,16 +140,16 @@ class LM(nn.Module):
         if self.head is not None:
             nn.init.normal_(self.head.weight, std=d**-0.5)
         if zoology:
-            for block in self.layers:
-                self._zoology_block(block)
+            for mixer, block in zip(self.cfg.mixer, self.layers):
+                self._zoology_block(block, ZOOLOGY_BLOCKS[mixer])
 
-    def _zoology_block(self, block: "Block") -> None:
+    def _zoology_block(self, block: "Block", block_type: str) -> None:
         """zoology's `_init_weights` of one block, by its block type. MambaBlock: mamba_ssm's init, but out_proj
         re-drawn and divided by sqrt(n_layers) (one residual per layer). TransformerBlock: every Linear
         ~ N(0, 0.02²) with zero biases, the two residual projections (attention's W_o, the MLP's W_2)
         ~ N(0, 0.02² / (2 n_layers)) (GPT-2's scaled init: two residuals per layer)."""
         n = self.cfg.n_layers
-        if ZOOLOGY_BLOCKS[self.cfg.mixer[0]] == "MambaBlock":
+        if block_type == "MambaBlock":
             w = block.mixer.out_proj.weight
             nn.init.kaiming_uniform_(w, a=math.sqrt(5))
             w /= math.sqrt(n)
