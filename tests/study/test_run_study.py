@@ -73,6 +73,7 @@ def test_a_rebuilt_report_keeps_no_figure_it_did_not_draw(tiny_study):
 
 def test_study_json_records_scale_and_time(tiny_study):
     out, _ = tiny_study
+    assert not (out / "study.running.json").exists()  # the study ended: nothing marks it as running
     meta = json.loads((out / "study.json").read_text())
     assert meta["preset"] == "tiny" and meta["scale"] == "cpu" and meta["runs"] == 4
     assert meta["wall_time_s"] == meta["train_s"] + meta["intervene_s"] + meta["timeline_s"] > 0

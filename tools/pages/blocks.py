@@ -116,8 +116,10 @@ def pages(root: Path) -> list[Path]:
 
 def studies(root: Path) -> list[Path]:
     """Every study directory under results/ (relative to `root`): a directory holding runs/, at
-    results/SCALE/NAME, SCALE naming where it ran (`cpu`, `paper-d64`)."""
-    return sorted(p.relative_to(root) for p in (root / RESULTS).glob("*/*") if (p / RUNS).is_dir())
+    results/SCALE/NAME, SCALE naming where it ran (`cpu`, `paper-d64`); a study that has not ended
+    (`store.studies.running`: its finished runs committed so that none is lost) is left out until it ends."""
+    return sorted(p.relative_to(root) for p in (root / RESULTS).glob("*/*")
+                  if (p / RUNS).is_dir() and not store_studies.running(p))
 
 
 @functools.lru_cache(maxsize=None)

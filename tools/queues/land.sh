@@ -4,12 +4,24 @@
 # default, main itself. Copies leave out what .gitignore does not already (run-level readout PNGs: the study's figures/
 # keeps the copies its report shows; the error.log of a finished run (an earlier, resumed attempt) or of a diverged one
 # (its diverged.json is the record)); then archives logs,
-# relabels by main's rules and drops the weights no finding reads. Usage: bash tools/queues/land.sh [SRC]
+# relabels by main's rules and drops the weights no finding reads. A study in main that has not ended (its
+# study.running.json) has its finished runs' logs compressed and staged with its sweep files and marker, so that a
+# machine cut off loses none of them (the pages leave the study out until it ends). Usage: bash tools/queues/land.sh [SRC]
 main=$(cd "$(dirname "$0")/../.." && pwd)
 src=$(cd "${1:-$main}" && pwd)
 cd "$main"
 for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
+  if [[ $src == "$main" && -f $d/study.running.json && ! ( $d/study.running.json -ot $d/study.json ) ]]; then
+    done=$(for r in "$d"/runs/*/; do [[ -f $r/summary.json || -f $r/diverged.json ]] && echo "${r%/}"; done)
+    [[ -z $done ]] && continue
+    for r in $done; do rm -f "$r"/error.log "$r"/interventions/*.png; done
+    .venv/bin/mecheval archive-logs "$d" > /dev/null
+    git add "$d"/sweep*.yaml "$d/study.running.json" $done
+    echo "staged $(echo "$done" | wc -l) finished run(s) of $d (not ended)"
+    continue
+  fi
   [[ -f $src/$d/report.md && -f $src/$d/study.json ]] || continue
+  [[ -f $d/study.running.json && $d/study.running.json -ot $d/study.json ]] && rm -f "$d/study.running.json"  # an older mecheval's
   [[ -n $(git ls-files "$d/study.json") ]] && continue
   if [[ $src != "$main" ]]; then
     [[ -d $d ]] && continue

@@ -1,5 +1,5 @@
 """The files of a study (or sweep) directory read once per process: study.json (`meta`) and sweep.yaml (`spec`);
-its run directories (`sweeps.table.collect`) are read through `store.runs`."""
+its run directories (`sweeps.table.collect`) are read through `store.runs`. `running`: a study that has not ended."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from mecheval.sweeps.spec import SweepConfig
 
 STUDY_JSON = "study.json"  # written by `mecheval study`: preset, scale, findings, timings
+# written by `mecheval study` when it starts, removed when it ends: a study stopped partway keeps it, so that its
+# finished runs can be committed (nothing lost with the machine) while nothing reads the study as a result
+RUNNING = "study.running.json"
 STRINGS = ("description", "preset", "scale", "cpu_drops")
 
 
@@ -32,3 +35,8 @@ def spec(path: Path) -> SweepConfig:
     from mecheval.sweeps.spec import load_sweep  # at call time: the sweeps package imports the store
 
     return read_once(Path(path), load_sweep)
+
+
+def running(study_dir: Path) -> bool:
+    """Has the study in `study_dir` started and not ended (its RUNNING marker present)?"""
+    return (Path(study_dir) / RUNNING).exists()

@@ -6,6 +6,8 @@
     OUT/runs/<name>/timeline.parquet      the readouts at every snapshot (snapshots/, not committed)
     OUT/runs.parquet                      every run, config fields and summary metrics: the data the report links
     OUT/study.json                        preset, scale, what the cpu scale drops, timings
+    OUT/study.running.json                from a call's start to its end (`store.studies.running`): kept by a
+                                          study stopped partway, whose finished runs can then be committed
     OUT/report.md, OUT/report.html        the report (mecheval.report)
 Re-running skips finished runs, runs that already have their interventions and snapshots already read. A run
 that diverged (`RunDir.diverged`) is a result: reported as such (study.json `diverged`), not trained again or read.
@@ -35,7 +37,7 @@ from mecheval.sweeps import SweepConfig, collect, run_sweep
 from mecheval.sweeps.spec import expand
 from mecheval.sweeps.runner import RUNS
 from mecheval.training.lock import DirLock
-from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object
+from mecheval.common import ConfigError, atomic_write_bytes, atomic_write_text, read_json_object, safe_unlink
 
 
 def get_study(name: str) -> Study:
@@ -74,6 +76,9 @@ def run_study(
 
     start = time.perf_counter()
     planned = {run.name: run.config.steps for run in expand(sweep)}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / studies.RUNNING, json.dumps({"preset": study.name, "scale": scale, "started": time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n", out)
     if train:
         with training_bars(out, planned, quiet) as finished:
             outcomes = run_sweep(sweep, out, executor, workers, address, on_outcome=finished, new=new, cohort=cohort)
@@ -136,6 +141,7 @@ def run_study(
         }
         meta["wall_time_s"] = meta["train_s"] + meta["intervene_s"] + meta.get("timeline_s", 0.0)
         atomic_write_text(out / studies.STUDY_JSON, json.dumps(meta, indent=2) + "\n", out)
+        safe_unlink(out / studies.RUNNING, out)
     return build_report(out)
 
 
