@@ -99,3 +99,35 @@ touch "$out/report.md" "$out/study.json"
                            "MECHEVAL": str(fake)}, capture_output=True, text=True, timeout=60)
     assert [Path(p).name for p in calls.read_text().split()] == ["a", "x", "bad", "b", "bad"]  # only the failed one again
     assert f"done: {tmp_path}/a" in again.stdout
+
+
+def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
+    """`land.sh` in a repository holding a study still running (its study.running.json): the finished run's files
+    are staged, its log compressed; the run in training is not; nothing of a study without the marker is."""
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    (repo / "tools" / "queues").mkdir(parents=True)
+    (repo / "tools" / "queues" / "land.sh").write_text((QUEUES / "land.sh").read_text())
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    study = repo / "results" / "cpu" / "s"
+    for run, files in {"done": ("config.yaml", "summary.json", "metrics.jsonl"), "training": ("config.yaml", "metrics.jsonl"),
+                       "failed": ("config.yaml", "metrics.jsonl", "error.log")}.items():
+        (study / "runs" / run).mkdir(parents=True)
+        for name in files:
+            (study / "runs" / run / name).write_text("{}\n")
+    (study / "sweep.yaml").write_text("base: {}\n")
+    (study / "study.running.json").write_text("{}\n")
+    other = repo / "results" / "cpu" / "no-marker" / "runs" / "r"
+    other.mkdir(parents=True)
+    (other / "summary.json").write_text("{}\n")
+    done = subprocess.run(["bash", "tools/queues/land.sh"], cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                               "MECHEVAL": str(Path(sys.executable).parent / "mecheval")})
+    assert done.returncode == 0, done.stderr
+    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True, text=True).stdout.split()
+    assert sorted(staged) == ["results/cpu/s/runs/done/config.yaml", "results/cpu/s/runs/done/metrics.jsonl.gz",
+                              "results/cpu/s/runs/done/summary.json", "results/cpu/s/study.running.json",
+                              "results/cpu/s/sweep.yaml"]
+    assert "staged 1 finished run(s) of results/cpu/s (not ended)" in done.stdout

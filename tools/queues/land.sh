@@ -7,21 +7,23 @@
 # relabels by main's rules and drops the weights no finding reads. A study in main that has not ended (its
 # study.running.json) has its finished runs' logs compressed and staged with its sweep files and marker, so that a
 # machine cut off loses none of them (the pages leave the study out until it ends). Usage: bash tools/queues/land.sh [SRC]
+# (MECHEVAL: the mecheval command, default .venv/bin/mecheval)
 main=$(cd "$(dirname "$0")/../.." && pwd)
 src=$(cd "${1:-$main}" && pwd)
 cd "$main"
+mecheval=${MECHEVAL:-.venv/bin/mecheval}
 for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
   if [[ $src == "$main" && -f $d/study.running.json && ! ( $d/study.running.json -ot $d/study.json ) ]]; then
     done=$(for r in "$d"/runs/*/; do [[ -f $r/summary.json || -f $r/diverged.json ]] && echo "${r%/}"; done)
     [[ -z $done ]] && continue
     for r in $done; do rm -f "$r"/error.log "$r"/interventions/*.png; done
-    .venv/bin/mecheval archive-logs "$d" > /dev/null
+    "$mecheval" archive-logs "$d" > /dev/null
     git add "$d"/sweep*.yaml "$d/study.running.json" $done
     echo "staged $(echo "$done" | wc -l) finished run(s) of $d (not ended)"
     continue
   fi
   [[ -f $src/$d/report.md && -f $src/$d/study.json ]] || continue
-  [[ -f $d/study.running.json && $d/study.running.json -ot $d/study.json ]] && rm -f "$d/study.running.json"  # an older mecheval's
+  [[ -f $d/study.running.json && $d/study.running.json -ot $d/study.json ]] && rm -f "$d/study.running.json"  # left by a mecheval from before the marker was removed at the end
   [[ -n $(git ls-files "$d/study.json") ]] && continue
   if [[ $src != "$main" ]]; then
     [[ -d $d ]] && continue
@@ -30,8 +32,8 @@ for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
   fi
   rm -f "$d"/runs/*/interventions/*.png
   for log in "$d"/runs/*/error.log; do [[ -f $(dirname "$log")/summary.json || -f $(dirname "$log")/diverged.json ]] && rm -f "$log"; done
-  .venv/bin/mecheval archive-logs "$d" > /dev/null
-  .venv/bin/mecheval relabel "$d" --recheck > /dev/null 2>&1 || echo "relabel failed: $d"
+  "$mecheval" archive-logs "$d" > /dev/null
+  "$mecheval" relabel "$d" --recheck > /dev/null 2>&1 || echo "relabel failed: $d"
   PYTHONPATH=tools .venv/bin/python -m landing.drop_uncited_weights "$d" || echo "weights kept: $d"
   echo "landed $d"
 done
