@@ -1,11 +1,14 @@
-"""A DPLR state patch (DeltaProduct's, RWKV-7's: `ops.dplr.dplr_states_response`) at one position per row, stepped
-from the earliest patched step (`first`, what an interchange does since 2026-12-06) against stepped from step 0
-(the reference: what every patch did before).
+"""A DPLR state patch (DeltaProduct's, RWKV-7's) at one position per row, its two parts each against the way it was
+done before: the response (`ops.dplr.dplr_states_response`) stepped from the earliest patched step (`first`, since
+2026-12-06) against stepped from step 0; the state at each row's position (`ops.dplr.dplr_state_at`: the chunkwise
+form's chunk-entering states, then at most a chunk of steps, since 2026-12-07, at chunk sizes 4, 8 and 16) against
+stepping every state from step 0 (`dplr_states`, indexed).
 
 The state readout patches each layer's state at offsets from the key and from the answer, one position per row;
 on ATR easy (documents up to ~90 tokens, two substeps a token for DeltaProduct) its patches ran through every step
 before the patched one. Rows patched at positions drawn uniformly from [--from-frac·T, T); interleaved rounds;
-prints seconds per patch, the ratio and the largest difference between the two (0: the same arithmetic).
+prints seconds per call, the ratios and the largest differences (the response: 0, the same arithmetic; the state:
+rounding only).
 
     python benchmarks/state_patch.py [--n 512] [--steps 180] [--from-frac 0.2] [--threads 1]
 """
@@ -17,7 +20,7 @@ import argparse
 import torch
 
 from common import median_seconds
-from mecheval.models.ops.dplr import dplr_states_response
+from mecheval.models.ops.dplr import dplr_state_at, dplr_states, dplr_states_response
 
 
 def main() -> None:
@@ -54,6 +57,23 @@ def main() -> None:
     for name, t in times.items():
         print(f"  {name:26s} {min(t):.3f} s per patch")
     print(f"  ratio (reference / from the first patch): {ref / fast:.2f}x; largest difference {diff:.1e}")
+
+    k, v = (torch.randn(n, T, 1, d, generator=g) / d**0.5 for _ in range(2))
+    rows = torch.arange(n)
+    stepping = {"every step from 0 (reference)": lambda: dplr_states(k, v, log_w, a, b)[rows, pos]}
+    stepping |= {f"chunk-entering, chunks of {c}": (lambda c=c: dplr_state_at(k, v, log_w, a, b, pos, c))
+                 for c in (4, 8, 16)}
+    reference = stepping["every step from 0 (reference)"]()
+    times = {name: [] for name in stepping}
+    for _ in range(3):
+        for name, fn in stepping.items():
+            times[name].append(median_seconds(fn, repeats=1))
+    ref = min(times["every step from 0 (reference)"])
+    print("the state at each row's position:")
+    for name, fn in stepping.items():
+        diff = (fn() - reference).abs().max().item()
+        best = min(times[name])
+        print(f"  {name:32s} {best:.3f} s  ratio {ref / best:.2f}x  largest difference {diff:.1e}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The diagonal-plus-low-rank recurrence (`ops.dplr`): the chunkwise form equals the per-step loop (across
 chunk boundaries, at the chunk length it picks itself, per-dimension or per-head decay, with and without the
-low-rank term, strong decays), and with w = 1, a = k, b = -β k it is the delta rule of `ops.delta_rule`."""
+low-rank term, strong decays), and with w = 1, a = k, b = -β k it is the delta rule of `ops.delta_rule`; the
+state at one step per row (from the chunkwise form's chunk-entering states) is the loop's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mecheval.models.ops.delta_rule import delta_rule_loop
-from mecheval.models.ops.dplr import dplr, dplr_loop, dplr_states
+from mecheval.models.ops.dplr import dplr, dplr_loop, dplr_state_at, dplr_states
 
 FAST = settings(max_examples=12, deadline=None)
 
@@ -58,3 +59,13 @@ def test_states_are_the_loops_states():
     for t in range(9):  # o_t = S_t^T q_t
         torch.testing.assert_close(torch.einsum("nhkv,nhk->nhv", states[:, t], q[:, t]),
                                    dplr_loop(q, k, v, log_w, a, b)[:, t], atol=1e-10, rtol=1e-10)
+
+
+@FAST
+@given(seed=st.integers(0, 999), T=st.integers(1, 70), per_dim=st.booleans(), low_rank=st.booleans(), data=st.data())
+def test_the_state_at_a_step_per_row_is_the_loops(seed, T, per_dim, low_rank, data):
+    """Steps anywhere in their chunks (first, last, past the last chunk boundary), rows at different chunks."""
+    _, k, v, log_w, a, b = _inputs(seed, T, 2, 4, 3, per_dim, low_rank)
+    pos = torch.tensor(data.draw(st.lists(st.integers(0, T - 1), min_size=2, max_size=2)))
+    expect = dplr_states(k, v, log_w, a, b)[torch.arange(2), pos]
+    torch.testing.assert_close(dplr_state_at(k, v, log_w, a, b, pos), expect, atol=1e-9, rtol=1e-9)

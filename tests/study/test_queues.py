@@ -112,8 +112,9 @@ def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
     (repo / "tools" / "queues" / "land.sh").write_text((QUEUES / "land.sh").read_text())
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     study = repo / "results" / "cpu" / "s"
-    for run, files in {"done": ("config.yaml", "summary.json", "metrics.jsonl"), "training": ("config.yaml", "metrics.jsonl"),
-                       "failed": ("config.yaml", "metrics.jsonl", "error.log")}.items():
+    runs = {"done": ("config.yaml", "summary.json", "metrics.jsonl"), "training": ("config.yaml", "metrics.jsonl"),
+            "failed": ("config.yaml", "metrics.jsonl", "error.log")}
+    for run, files in runs.items():
         (study / "runs" / run).mkdir(parents=True)
         for name in files:
             (study / "runs" / run / name).write_text("{}\n")
@@ -126,7 +127,8 @@ def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
                           env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                                "MECHEVAL": str(Path(sys.executable).parent / "mecheval")})
     assert done.returncode == 0, done.stderr
-    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True, text=True).stdout.split()
+    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True,
+                            text=True).stdout.split()
     assert sorted(staged) == ["results/cpu/s/runs/done/config.yaml", "results/cpu/s/runs/done/metrics.jsonl.gz",
                               "results/cpu/s/runs/done/summary.json", "results/cpu/s/study.running.json",
                               "results/cpu/s/sweep.yaml"]
