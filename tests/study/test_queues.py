@@ -102,8 +102,9 @@ touch "$out/report.md" "$out/study.json"
 
 
 def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
-    """`land.sh` in a repository holding a study still running (its study.running.json): the finished run's files
-    are staged, its log compressed; the run in training is not; nothing of a study without the marker is."""
+    """`land.sh` in a repository holding a study still running (its study.running.json): the finished runs' files
+    are staged, their logs compressed (a run not read to its verdict yet: the training files, not a readout left
+    partway); the run in training is not; nothing of a study without the marker is."""
     import subprocess
     import sys
 
@@ -113,11 +114,13 @@ def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     study = repo / "results" / "cpu" / "s"
     runs = {"done": ("config.yaml", "summary.json", "metrics.jsonl"), "training": ("config.yaml", "metrics.jsonl"),
-            "failed": ("config.yaml", "metrics.jsonl", "error.log")}
+            "failed": ("config.yaml", "metrics.jsonl", "error.log"),
+            "read": ("config.yaml", "summary.json", "metrics.jsonl", "interventions.parquet", "verdict.json")}
     for run, files in runs.items():
         (study / "runs" / run).mkdir(parents=True)
         for name in files:
             (study / "runs" / run / name).write_text("{}\n")
+    (study / "runs" / "done" / "interventions.parquet").write_text("")  # a readout stopped before its verdict
     (study / "sweep.yaml").write_text("base: {}\n")
     (study / "study.running.json").write_text("{}\n")
     other = repo / "results" / "cpu" / "no-marker" / "runs" / "r"
@@ -129,7 +132,9 @@ def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
     assert done.returncode == 0, done.stderr
     staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True,
                             text=True).stdout.split()
+    read = [f"results/cpu/s/runs/read/{name}" for name in
+            ("config.yaml", "interventions.parquet", "metrics.jsonl.gz", "summary.json", "verdict.json")]
     assert sorted(staged) == ["results/cpu/s/runs/done/config.yaml", "results/cpu/s/runs/done/metrics.jsonl.gz",
-                              "results/cpu/s/runs/done/summary.json", "results/cpu/s/study.running.json",
+                              "results/cpu/s/runs/done/summary.json", *read, "results/cpu/s/study.running.json",
                               "results/cpu/s/sweep.yaml"]
-    assert "staged 1 finished run(s) of results/cpu/s (not ended)" in done.stdout
+    assert "staged 2 finished run(s) of results/cpu/s (not ended)" in done.stdout

@@ -5,8 +5,9 @@
 # keeps the copies its report shows; the error.log of a finished run (an earlier, resumed attempt) or of a diverged one
 # (its diverged.json is the record)); then archives logs,
 # relabels by main's rules and drops the weights no finding reads. A study in main that has not ended (its
-# study.running.json) has its finished runs' logs compressed and staged with its sweep files and marker, so that a
-# machine cut off loses none of them (the pages leave the study out until it ends). Usage: bash tools/queues/land.sh [SRC]
+# study.running.json) has its finished runs' logs compressed and staged with its sweep files and marker (a run not
+# read to its verdict yet: its training files only), so that a machine cut off loses none of them (the pages leave
+# the study out until it ends). Usage: bash tools/queues/land.sh [SRC]
 # (MECHEVAL: the mecheval command, default .venv/bin/mecheval)
 main=$(cd "$(dirname "$0")/../.." && pwd)
 src=$(cd "${1:-$main}" && pwd)
@@ -18,7 +19,12 @@ for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
     [[ -z $done ]] && continue
     for r in $done; do rm -f "$r"/error.log "$r"/interventions/*.png; done
     "$mecheval" archive-logs "$d" > /dev/null
-    git add "$d"/sweep*.yaml "$d/study.running.json" $done
+    git add "$d"/sweep*.yaml "$d/study.running.json"
+    for r in $done; do  # a run read to its verdict whole; one not yet read (or read partway): what training wrote
+      if [[ -f $r/verdict.json ]]; then git add "$r"; else
+        for f in config.yaml run.json summary.json diverged.json metrics.jsonl.gz model.safetensors; do
+          [[ -f $r/$f ]] && git add "$r/$f"; done; fi
+    done
     echo "staged $(echo "$done" | wc -l) finished run(s) of $d (not ended)"
     continue
   fi
