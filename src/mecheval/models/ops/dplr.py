@@ -53,9 +53,14 @@ def dplr_transition(S, log_w_t, a_t, b_t):
     return moved + b_t[..., :, None] * torch.einsum("bhk,bhkv->bhv", a_t, S)[..., None, :]
 
 
+def dplr_next(S, k_t, v_t, log_w_t, a_t, b_t):
+    """S_t = (diag(w_t) + b_t a_t^T) S_{t-1} + k_t v_t^T: S [B, H, d_k, d_v]; the step inputs as in `dplr_step`."""
+    return dplr_transition(S, log_w_t, a_t, b_t) + k_t[..., :, None] * v_t[..., None, :]
+
+
 def dplr_step(q_t, k_t, v_t, log_w_t, a_t, b_t, S):
     """One step: the step inputs as `DPLRInputs` without T; S [B, H, d_k, d_v] -> (o_t [B, H, d_v], S_t)."""
-    S = dplr_transition(S, log_w_t, a_t, b_t) + k_t[..., :, None] * v_t[..., None, :]
+    S = dplr_next(S, k_t, v_t, log_w_t, a_t, b_t)
     return torch.einsum("bhkv,bhk->bhv", S, q_t), S
 
 
@@ -149,7 +154,7 @@ def dplr_states(k, v, log_w, a=None, b=None):
     S, states = k.new_zeros(k.shape[0], k.shape[2], k.shape[3], v.shape[-1]), []
     per_step = [x.unbind(1) if x is not None else [None] * k.shape[1] for x in (k, v, log_w, a, b)]
     for k_t, v_t, log_w_t, a_t, b_t in zip(*per_step):
-        S = dplr_transition(S, log_w_t, a_t, b_t) + k_t[..., :, None] * v_t[..., None, :]
+        S = dplr_next(S, k_t, v_t, log_w_t, a_t, b_t)
         states.append(S)
     return torch.stack(states, dim=1)
 
@@ -181,11 +186,10 @@ def dplr_state_at(k, v, log_w, a, b, pos, chunk_size: int = STATE_AT_CHUNK):
     k, v, log_w, a, b = (None if x is None else x[:, :upto] for x in (k, v, log_w, a, b))
     _, entering = dplr(k, k, v, log_w, a, b, chunk_size=chunk_size, entering=True)  # (q = k: output not read)
     L = chunk_grid(upto, chunk_size)[1]
-    rows, first = torch.arange(len(pos)), pos // L * L  # each row's chunk starts at step `first`
-    S = entering[rows, pos // L]
+    rows, chunk = torch.arange(len(pos)), pos // L
+    first, S = chunk * L, entering[rows, chunk]  # each row's chunk starts at step `first`
     for j in range(L):
         t = (first + j).clamp(max=upto - 1)
-        stepped = dplr_transition(S, log_w[rows, t], *(None if x is None else x[rows, t] for x in (a, b)))
-        stepped = stepped + k[rows, t][..., :, None] * v[rows, t][..., None, :]
+        stepped = dplr_next(S, *(None if x is None else x[rows, t] for x in (k, v, log_w, a, b)))
         S = torch.where((first + j <= pos)[:, None, None, None], stepped, S)
     return S
