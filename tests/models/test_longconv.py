@@ -144,3 +144,22 @@ def test_make_conv_long_builds_the_published_implicit_long_convolution():
 def test_even_positional_feature_count_is_an_error():
     with pytest.raises(ValueError, match="emb_dim"):
         LongConv(4, 16, emb_dim=4)
+
+
+def test_builds_on_the_meta_device_after_transformers_patched_linspace(monkeypatch):
+    """transformers' `meta_device_safe_creation_ops` swaps `torch.linspace` for a wrapper while it loads a
+    model; if torch's device context first lists its constructors then, the restored `torch.linspace` no
+    longer follows `with torch.device(...)` for the rest of the process (the CI failure of 2026-12-07)."""
+    from torch.utils import _device
+
+    original = torch.linspace
+    _device._device_constructors.cache_clear()
+    monkeypatch.setattr(torch, "linspace", lambda *a, **k: original(*a, **k))
+    _device._device_constructors()
+    monkeypatch.setattr(torch, "linspace", original)
+    try:
+        with torch.device("meta"):
+            conv = LongConv(8, 64)
+        assert {b.device.type for b in conv.buffers()} == {"meta"}
+    finally:
+        _device._device_constructors.cache_clear()

@@ -26,13 +26,16 @@ FAST_DECAY, SLOW_DECAY, DECAY_TARGET = 0.3, 1.5, 1e-2  # the window reaches `tar
 
 
 def positional_features(max_len: int, emb_dim: int) -> torch.Tensor:
-    """[max_len, emb_dim]: normalised time, then the real and imaginary parts of (emb_dim - 1) // 2 bands."""
+    """[max_len, emb_dim]: normalised time, then the real and imaginary parts of (emb_dim - 1) // 2 bands.
+
+    The device is named on each constructor: `torch.linspace` can stop following `with torch.device(...)`
+    once transformers has patched it while loading a model (its `meta_device_safe_creation_ops`)."""
     if emb_dim < 3 or emb_dim % 2 == 0:
         raise ValueError(f"emb_dim must be odd and >= 3 (time, cos, sin), got {emb_dim}")
-    bands = (emb_dim - 1) // 2
-    t = torch.linspace(0, 1, max_len)[:, None]
-    w = 2 * math.pi * torch.arange(max_len)[:, None] / max_len
-    f = torch.linspace(1e-4, bands - 1, bands)[None, :]
+    bands, device = (emb_dim - 1) // 2, torch.get_default_device()
+    t = torch.linspace(0, 1, max_len, device=device)[:, None]
+    w = 2 * math.pi * torch.arange(max_len, device=device)[:, None] / max_len
+    f = torch.linspace(1e-4, bands - 1, bands, device=device)[None, :]
     return torch.cat([t, torch.cos(f * w), -torch.sin(f * w)], dim=-1)
 
 
@@ -47,7 +50,9 @@ class LongConv(nn.Module):
         super().__init__()
         self.channels, self.max_len, self.order, self.skip = channels, max_len, order, skip
         self.register_buffer("z", positional_features(max_len, emb_dim), persistent=False)
-        rates = torch.linspace(math.log(DECAY_TARGET) / SLOW_DECAY, math.log(DECAY_TARGET) / FAST_DECAY, channels)
+        rates = torch.linspace(
+            math.log(DECAY_TARGET) / SLOW_DECAY, math.log(DECAY_TARGET) / FAST_DECAY, channels, device=self.z.device
+        )
         self.register_buffer("window", torch.exp(-self.z[:, :1] * rates.abs()), persistent=False)  # [L, C]
         self.freq = nn.Parameter(torch.full((order,), FREQ_INIT))
         self.filter_in = nn.Linear(emb_dim, order)
