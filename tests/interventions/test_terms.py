@@ -35,7 +35,7 @@ def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch, preset, analys
     zeroed = {}
 
     def seen_and_accuracy(model, b, within):  # records the sites after the ablation's hooks have run (AR: the
-        with within(b), record(model.sites(), [f"layers.{i}.{term.site}" for i in (0, 1)]) as acts:  # one group)
+        with within(b), record(model.sites(), [f"layers.{i}.{term.sites[0]}" for i in (0, 1)]) as acts:  # one group)
             out = accuracy(model, b)
         zeroed[len(zeroed)] = [(a == 0).all(-1) for a in acts.values()]  # per layer: [B, T], zero at a position
         return out
@@ -55,6 +55,26 @@ def test_each_row_zeroes_the_term_in_its_layers_only(monkeypatch, preset, analys
             assert torch.equal(zeroed[5 + 2 * i][layer], ~at | zeroed[0][layer])
     assert (table["n"] == 32).all() and table["acc"].between(0, 1).all() and (table["acc_lo"] <= table["acc"]).all()
     assert lm.training  # the mode it came in
+
+
+def test_all_terms_zeroes_mamba3_s_two_terms_together_in_each_row_and_needs_two_kinds(monkeypatch):
+    lm, batch = lm_of("mamba3")
+    names = [f"layers.{i}.{kind}" for i in (0, 1) for kind in ("two_token", "rotary")]
+    zeroed = []
+
+    def seen_and_accuracy(model, b, within):
+        with within(b), record(model.sites(), names) as acts:
+            out = accuracy(model, b)
+        zeroed.append({name: bool((a == 0).all()) for name, a in acts.items()})
+        return out
+
+    monkeypatch.setattr(terms, "accuracy", seen_and_accuracy)
+    table = terms.term_ablation(lm, batch, terms.TERMS["all-terms"])
+    assert list(table["layers"][:4]) == ["none", "0+1", "0", "1"]
+    assert [sorted(n for n, z in row.items() if z) for row in zeroed[:4]] == [
+        [], sorted(names), ["layers.0.rotary", "layers.0.two_token"], ["layers.1.rotary", "layers.1.two_token"]]
+    for preset in ("rwkv7", "deltaproduct"):  # one term of their own: the analysis does not apply
+        assert terms.term_sites(lm_of(preset)[0], terms.TERMS["all-terms"]) == {}
 
 
 @pytest.mark.parametrize("analysis", list(terms.TERMS))
@@ -91,7 +111,7 @@ def test_the_position_rows_zero_each_example_s_own_position_in_a_batch_of_mixed_
                 where[0, one.roles[role]] = True
                 where = where if at else ~where
                 with attach(lm.sites(), {name: lambda x, w=where: x.masked_fill(w[..., None], 0.0)
-                                         for name in terms.term_sites(lm, term).values()}):
+                                         for layer in terms.term_sites(lm, term).values() for name in layer}):
                     correct += accuracy(lm, one)[0]
             assert table[f"0+1@{'' if at else 'not '}{role}"] == pytest.approx(correct / len(batch), abs=1.5 / len(batch))
 
@@ -110,7 +130,7 @@ def test_atr_reads_the_controls_apart_by_key_value_distance(monkeypatch):
     seen = []
 
     def seen_and_accuracy(model, b, within):  # one forward of the whole padded part: the sites after the hooks
-        with within(b), record(model.sites(), [f"layers.{i}.{term.site}" for i in (0, 1)]) as acts, torch.no_grad():
+        with within(b), record(model.sites(), [f"layers.{i}.{term.sites[0]}" for i in (0, 1)]) as acts, torch.no_grad():
             model(b.tokens)
         seen.append((b, [(a == 0).all(-1) for a in acts.values()]))  # per layer: [B_part, T], zero at a position
         return 0, len(b)

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         repatch: Annotated[bool, typer.Option("--repatch", help="Run every run's interventions again with the current code and the study's settings (loads the weights, trains nothing; seconds per run).")] = False,
         recheck: Annotated[bool, typer.Option("--recheck", help="Load the weights for the controls the tables lack (the pointer control; which test prompts were seen in training), patching again only the runs whose readouts read seen prompts.")] = False,
         keep: Annotated[list[str], typer.Option(help="With --repatch: the study's analyses whose files are left as they were (the state readout takes minutes per run), e.g. state,conv-window: to add a new analysis to a study's runs.")] = [],
-        terms: Annotated[bool, typer.Option("--terms", help="Compute only the term analyses' tables again (two-token, rotary, reflection: no verdict reads them) on each run's own readout examples, the rest left as it is (seconds per run).")] = False,
+        terms: Annotated[bool, typer.Option("--terms", help="Compute only the term analyses' tables again (two-token, rotary, reflection, all-terms: no verdict reads them) on each run's own readout examples, the rest left as it is (seconds per run).")] = False,
     ) -> None:
         """Re-decide every run's verdict.json from its committed tables (no training, no patching; with
         --repatch, from tables patched anew) and rebuild the report; prints the summary table. Runs without a per-example table (examples.parquet)

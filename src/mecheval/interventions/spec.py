@@ -15,8 +15,8 @@ from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_v
 
 from mecheval.common import N_EXAMPLES, Checked, ConfigError
 
-ANALYSES = ("conv-window", "state", "two-token", "rotary", "reflection")  # the optional analyses (`--analysis`;
-# `runs.KEPT` their files; the last three are `terms.TERMS`)
+ANALYSES = ("conv-window", "state", "two-token", "rotary", "reflection", "all-terms")  # the optional analyses
+# (`--analysis`; `runs.KEPT` their files; the last four are `terms.TERMS`)
 VERDICT_ROLE = "key"  # the verdict's rules are for key corruption; other roles get attributions, no label
 
 

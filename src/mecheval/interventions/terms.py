@@ -11,6 +11,10 @@ carried by a site `layers.{i}.<site>` [B, T, D_site] (`TERMS`):
     reflection  DeltaProduct (`models.mixers.deltaproduct`): step sizes β in (0, 2) make each transition
                 I - β k k^T a reflection along k where β > 1 (a negative eigenvalue); the site `reflection`
                 carries β's part above 1, so zeroing it clamps β at 1 (no negative eigenvalues)
+    all-terms   every term above that the model has, zeroed together, for a model with two or more (Mamba-3:
+                the two-token term and the rotation): where each seed binds through one term or the other,
+                each alone reads inconclusive over seeds; together they must break retrieval on every seed,
+                or the model has a binder besides them
 If a term binds a key to its value as Mamba's conv does, zeroing it must break retrieval, as zeroing Mamba's
 conv taps of lag >= 1 does (`conv_window.conv_ablation`, its analogue).
 
@@ -48,40 +52,52 @@ from mecheval.tasks import Batch
 
 @dataclass(frozen=True)
 class Term:
-    """One ablatable term: its analysis name (`--analysis`), site kind, table file, and words for notes and pages."""
+    """One ablatable term: its analysis name (`--analysis`), site kinds (zeroed together), table file, and words for
+    notes and pages; it applies to a model with at least `min_kinds` of its site kinds."""
 
     analysis: str
-    site: str
+    sites: tuple[str, ...]
     file: str
     words: str  # what the pages call it ("two-token term")
     lacks: str  # the note for a model without it (`readout.inapplicable`)
+    min_kinds: int = 1
 
 
 TERMS = {t.analysis: t for t in (
-    Term("two-token", "two_token", "two_token.parquet", "two-token term",
+    Term("two-token", ("two_token",), "two_token.parquet", "two-token term",
          "two-token term (Mamba-3's trapezoidal update, RWKV-7's token shift: the analysis zeroes it per layer)"),
-    Term("rotary", "rotary", "rotary.parquet", "rotation's angle steps",
+    Term("rotary", ("rotary",), "rotary.parquet", "rotation's angle steps",
          "data-dependent rotation (Mamba-3's rotary B and C: the analysis zeroes its angle steps per layer)"),
-    Term("reflection", "reflection", "reflection.parquet", "negative eigenvalues (β's part above 1)",
+    Term("reflection", ("reflection",), "reflection.parquet", "negative eigenvalues (β's part above 1)",
          "negative eigenvalues (DeltaProduct's step sizes β in (0, 2): the analysis clamps β at 1 per layer)"),
+    Term("all-terms", ("two_token", "rotary", "reflection"), "all_terms.parquet", "two-token term and rotation together",
+         "second term of its own (Mamba-3's two-token term and rotation: the analysis zeroes them together per layer)",
+         min_kinds=2),
 )}
 TWO_TOKEN = TERMS["two-token"].file  # a run's two-token table (`intervene_run`'s `two-token` analysis)
 AT, NOT = "@", "@not "  # the position rows' suffixes: `0+1@key`, `0+1@not key`
 SPAN = "key..value"  # the positions key + 1 … value (module docstring)
 
 
-def term_sites(lm: LM, term: Term) -> dict[int, str]:
-    """Layer index -> the name of its site for `term` (layers without it are absent)."""
-    return {int(name.split(".")[1]): name for name in lm.sites() if name.endswith("." + term.site)}
+def term_sites(lm: LM, term: Term) -> dict[int, list[str]]:
+    """Layer index -> the names of its sites of `term`'s kinds (layers without one are absent); {} where the model
+    has fewer than `term.min_kinds` of the kinds."""
+    names = [name for name in lm.sites() if name.rsplit(".", 1)[-1] in term.sites]
+    if len({name.rsplit(".", 1)[-1] for name in names}) < term.min_kinds:
+        return {}
+    by_layer: dict[int, list[str]] = {}
+    for name in names:
+        by_layer.setdefault(int(name.split(".")[1]), []).append(name)
+    return by_layer
 
 
 def term_ablation(lm: LM, batch: Batch, term: Term) -> pd.DataFrame:
     """The ablation table of `term` (module docstring)."""
     sites = term_sites(lm, term)
-    names = list(sites.values())
+    names = [name for layer in sites.values() for name in layer]
     every = "+".join(map(str, sites))
     whole = {"none": ([], None)} | ({every: (names, None)} if sites else {})
-    layers = {str(i): ([name], None) for i, name in sites.items()}
+    layers = {str(i): (layer, None) for i, layer in sites.items()}
     roles = [role for role, pos in batch.roles.items() if pos.dim() == 1] if sites else []  # one position per example
     table = _rows(lm, batch, whole | layers | _controls(every, names, roles)).assign(examples="all")
     apart = _apart(batch) if sites else None

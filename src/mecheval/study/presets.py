@@ -311,15 +311,15 @@ def _modern(name: str, on: str, task: dict, cpu_task: dict, steps: tuple[int, in
         name=name,
         description=f"Today's recurrent mixers on {on}, each with and without a short convolution: induction or "
                     "direct retrieval, where key and value meet, and whether Mamba-3's two-token update or rotation (it "
-                    "has no conv) plays the conv's role (each zeroed per layer: the `two-token` and `rotary` analyses; "
-                    "DeltaProduct's negative eigenvalues: `reflection`).",
+                    "has no conv) plays the conv's role (each zeroed per layer: the `two-token` and `rotary` analyses, "
+                    "both together: `all-terms`; DeltaProduct's negative eigenvalues: `reflection`).",
         cpu_drops=f"one width (64), learning rates {{3e-3, 1e-2}}, seeds 0, 1, 2, 3,000 steps of batch 128, "
                   f"{cpu_task_words}",
         task=task, cpu_task=cpu_task,
         archs=[variant for preset, other_conv in MODERN_CONVS.items()
                for variant in (_arch(preset), _arch(preset, d_conv=other_conv))],
         cpu_lrs=[3e-3, 1e-2], cpu_seeds=(0, 1, 2), steps=steps,
-        analyses=("conv-window", "state", "two-token", "rotary", "reflection"), **fields,
+        analyses=("conv-window", "state", "two-token", "rotary", "reflection", "all-terms"), **fields,
     )
 
 
