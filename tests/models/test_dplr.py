@@ -32,7 +32,9 @@ def _inputs(seed, T, H, dk, dv, per_dim, low_rank, decay_scale=1.0):
        dv=st.sampled_from([1, 3]), per_dim=st.booleans(), low_rank=st.booleans(), chunk=st.sampled_from([4, 16, None]))
 def test_chunkwise_form_equals_the_loop(seed, T, H, dk, dv, per_dim, low_rank, chunk):
     args = _inputs(seed, T, H, dk, dv, per_dim, low_rank)
-    torch.testing.assert_close(dplr(*args, chunk_size=chunk), dplr_loop(*args), atol=1e-9, rtol=1e-9)
+    o, entering = dplr(*args, chunk_size=chunk, entering=True)
+    torch.testing.assert_close(o, dplr_loop(*args), atol=1e-9, rtol=1e-9)
+    assert torch.equal(dplr(None, *args[1:], chunk_size=chunk), entering)  # without q: the same states, no output
 
 
 def test_strong_decays_stay_finite_and_exact():

@@ -102,47 +102,52 @@ def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, entering
     """Chunkwise DPLR recurrence (module docstring), from S = 0: -> o [B, T, H, d_v]. All chunks' pairwise
     terms and triangular solves at once, then T / L steps carrying the state across chunks (chunks of at most
     `chunk_size`; None: `chunk_length(log_w)`, the grid `chunk_grid(T, chunk_size)`). entering: also the state
-    entering each chunk -> (o, S [B, nc, H, d_k, d_v])."""
+    entering each chunk -> (o, S [B, nc, H, d_k, d_v]); q None: that state alone, no output computed."""
     if chunk_size is None:
         chunk_size = chunk_length(log_w)
-    Bsz, T, H, dk = q.shape
+    Bsz, T, H, dk = k.shape
     dv = v.shape[-1]
     nc, L = chunk_grid(T, chunk_size)  # padded steps: log w = 0 and nothing written, so the state passes unchanged
 
     def chunks(x):  # [B, T, H, X] -> [B, H, nc, L, X]
         return into_chunks(x, nc, L).permute(0, 3, 1, 2, 4)
 
-    q, k, v, log_w = chunks(q), chunks(k), chunks(v), chunks(log_w)
+    k, v, log_w = chunks(k), chunks(v), chunks(log_w)
     c = log_w.cumsum(-2)  # [B, H, nc, L, d_k or 1]
     gap = c[..., :, None, :] - c[..., None, :, :]  # c_t - c_s  [B, H, nc, L, L, d_k or 1]
-    steps = torch.arange(L, device=q.device)
-    upto = (steps[None] <= steps[:, None])[..., None]  # s <= t
-    decay = torch.where(upto, gap, -torch.inf).exp()  # e^{c_t - c_s}, s <= t
-    o_local = _pairs(q, decay, k) @ v  # [B, H, nc, L, d_v]
-    q_in = q * c.exp()  # reads S_0
+    steps = torch.arange(L, device=k.device)
+    if q is not None:
+        q = chunks(q)
+        upto = (steps[None] <= steps[:, None])[..., None]  # s <= t
+        decay = torch.where(upto, gap, -torch.inf).exp()  # e^{c_t - c_s}, s <= t
+        o_local = _pairs(q, decay, k) @ v  # [B, H, nc, L, d_v]
+        q_in = q * c.exp()  # reads S_0
     if a is not None:
         a, b = chunks(a), chunks(b)
         earlier = (steps[None] < steps[:, None])[..., None]  # s < t
         before = torch.where(earlier, gap - log_w[..., :, None, :], -torch.inf).exp()  # e^{c_{t-1} - c_s}, s < t
-        solve = torch.eye(L, dtype=q.dtype, device=q.device) - _pairs(a, before, b)  # I - A_ab
+        solve = torch.eye(L, dtype=k.dtype, device=k.device) - _pairs(a, before, b)  # I - A_ab
         a_in = a * (c - log_w).exp()  # e^{c_{t-1}} ⊙ a_t
         WR = torch.linalg.solve_triangular(solve, torch.cat([a_in, _pairs(a, before, k) @ v], -1), upper=False,
                                            unitriangular=True)
         W, R = WR.split([dk, dv], dim=-1)  # U = W S_0 + R
-        qb = _pairs(q, decay, b)  # [B, H, nc, L, L]
+        if q is not None:
+            qb = _pairs(q, decay, b)  # [B, H, nc, L, L]
     to_end = (c[..., -1:, :] - c).exp()  # e^{c_L - c_s}  [B, H, nc, L, d_k or 1]
-    S = q.new_zeros(Bsz, H, dk, dv)
+    S = k.new_zeros(Bsz, H, dk, dv)
     outs, starts = [], []
     for i in range(nc):
         starts.append(S)
-        o = q_in[:, :, i] @ S + o_local[:, :, i]
         write = (k[:, :, i] * to_end[:, :, i]).transpose(-1, -2) @ v[:, :, i]
         if a is not None:
             U = W[:, :, i] @ S + R[:, :, i]  # the reads u_t  [B, H, L, d_v]
-            o = o + qb[:, :, i] @ U
             write = write + (b[:, :, i] * to_end[:, :, i]).transpose(-1, -2) @ U
-        outs.append(o)
+        if q is not None:
+            o = q_in[:, :, i] @ S + o_local[:, :, i]
+            outs.append(o if a is None else o + qb[:, :, i] @ U)
         S = c[:, :, i, -1].exp()[..., None] * S + write
+    if q is None:
+        return torch.stack(starts, dim=1)
     o = torch.stack(outs, dim=2)  # [B, H, nc, L, d_v]
     o = o.permute(0, 2, 3, 1, 4).reshape(Bsz, nc * L, H, dv)[:, :T]
     return (o, torch.stack(starts, dim=1)) if entering else o
@@ -184,7 +189,7 @@ def dplr_state_at(k, v, log_w, a, b, pos, chunk_size: int = STATE_AT_CHUNK):
     most `chunk_size` steps after the chunked pass, where stepping from 0 took pos + 1."""
     upto = int(pos.max()) + 1
     k, v, log_w, a, b = (None if x is None else x[:, :upto] for x in (k, v, log_w, a, b))
-    _, entering = dplr(k, k, v, log_w, a, b, chunk_size=chunk_size, entering=True)  # (q = k: output not read)
+    entering = dplr(None, k, v, log_w, a, b, chunk_size=chunk_size)  # [n, nc, H, d_k, d_v]
     L = chunk_grid(upto, chunk_size)[1]
     rows, chunk = torch.arange(len(pos)), pos // L
     first, S = chunk * L, entering[rows, chunk]  # each row's chunk starts at step `first`
