@@ -1,6 +1,7 @@
 """A DPLR state patch (DeltaProduct's, RWKV-7's) at one position per row, its two parts each against the way it was
-done before: the response (`ops.dplr.dplr_states_response`) stepped from the earliest patched step (`first`, since
-2026-12-06) against stepped from step 0; the state at each row's position (`ops.dplr.dplr_state_at`: the chunkwise
+done before: the response (`ops.dplr.dplr_patch_response`: each row shifted to its patched step and run by the
+chunkwise form from the moved state, since 2026-12-07) against stepping (`dplr_states_response`) from the earliest
+patched step (the way from 2026-12-06) and from step 0; the state at each row's position (`ops.dplr.dplr_state_at`: the chunkwise
 form's chunk-entering states, then at most a chunk of steps, since 2026-12-07, at chunk sizes 4, 8 and 16; its
 chunk pass computes those states alone, no output: 1.4x with a decay per key dimension, 1.2x with one per head, at
 512 rows and 180 steps on one thread) against stepping every state from step 0 (`dplr_states`, indexed).
@@ -8,10 +9,9 @@ chunk pass computes those states alone, no output: 1.4x with a decay per key dim
 The state readout patches each layer's state at offsets from the key and from the answer, one position per row;
 on ATR easy (documents up to ~90 tokens, two substeps a token for DeltaProduct) its patches ran through every step
 before the patched one. Rows patched at positions drawn uniformly from [--from-frac·T, T); interleaved rounds;
-prints seconds per call, the ratios and the largest differences (the response: 0, the same arithmetic; the state:
-rounding only).
+prints seconds per call, the ratios and the largest differences (rounding only).
 
-    python benchmarks/state_patch.py [--n 512] [--steps 180] [--from-frac 0.2] [--threads 1]
+    python benchmarks/state_patch.py [--n 512] [--steps 180] [--from-frac 0.2] [--per-head] [--threads 1]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import argparse
 import torch
 
 from common import median_seconds
-from mecheval.models.ops.dplr import dplr_state_at, dplr_states, dplr_states_response
+from mecheval.models.ops.dplr import dplr_patch_response, dplr_state_at, dplr_states, dplr_states_response
 
 
 def main() -> None:
@@ -30,52 +30,51 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=180, help="recurrence steps (tokens × substeps)")
     ap.add_argument("--from-frac", type=float, default=0.2, help="the earliest patched step, as a fraction of --steps")
     ap.add_argument("--d", type=int, default=64, help="d_k = d_v (one head)")
+    ap.add_argument("--per-head", action="store_true", help="one decay per head (DeltaProduct), not per key dimension")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     n, T, d = args.n, args.steps, args.d
     q, a, b = (torch.randn(n, T, 1, d, generator=g) / d**0.5 for _ in range(3))
-    log_w = -torch.rand(n, T, 1, d, generator=g) * 0.1
+    log_w = -torch.rand(n, T, 1, 1 if args.per_head else d, generator=g) * 0.1
     pos = torch.randint(int(args.from_frac * T), T, (n,), generator=g)
-    dS = torch.zeros(n, T, 1, d, d)
-    dS[torch.arange(n), pos] = torch.randn(n, 1, d, d, generator=g)
-    first = int(pos.min())
+    rows = torch.arange(n)
+    dS = torch.randn(n, 1, d, d, generator=g)
+    moves = torch.zeros(n, T, 1, d, d)
+    moves[rows, pos] = dS
 
-    def skipping():
-        return dplr_states_response(q, log_w, a, b, dS, first)
-
-    def every_step():
-        return dplr_states_response(q, log_w, a, b, dS)
-
-    diff = (skipping() - every_step()).abs().max().item()
-    times = {"from the first patch": [], "every step (reference)": []}
-    for _ in range(3):
-        times["from the first patch"].append(median_seconds(skipping, repeats=1))
-        times["every step (reference)"].append(median_seconds(every_step, repeats=1))
-    fast, ref = (min(t) for t in times.values())
-    print(f"{n} rows, {T} steps, patched at steps {int(pos.min())}-{int(pos.max())}, {args.threads} thread(s)")
-    for name, t in times.items():
-        print(f"  {name:26s} {min(t):.3f} s per patch")
-    print(f"  ratio (reference / from the first patch): {ref / fast:.2f}x; largest difference {diff:.1e}")
+    responses = {
+        "chunkwise, shifted rows": lambda: dplr_patch_response(q, log_w, a, b, dS, pos, chunkwise=True),
+        "stepped from the first patch": lambda: dplr_patch_response(q, log_w, a, b, dS, pos, chunkwise=False),
+        "stepped from step 0 (reference)": lambda: dplr_states_response(q, log_w, a, b, moves),
+    }
+    decay = "one per head" if args.per_head else "one per key dimension"
+    print(f"{n} rows, {T} steps, decay {decay}, patched at steps {int(pos.min())}-{int(pos.max())}, "
+          f"{args.threads} thread(s)")
+    _compare("the response to the patch:", responses)
 
     k, v = (torch.randn(n, T, 1, d, generator=g) / d**0.5 for _ in range(2))
-    rows = torch.arange(n)
-    stepping = {"every step from 0 (reference)": lambda: dplr_states(k, v, log_w, a, b)[rows, pos]}
-    stepping |= {f"chunk-entering, chunks of {c}": (lambda c=c: dplr_state_at(k, v, log_w, a, b, pos, c))
-                 for c in (4, 8, 16)}
-    reference = stepping["every step from 0 (reference)"]()
-    times = {name: [] for name in stepping}
+    stepping = {f"chunk-entering, chunks of {c}": (lambda c=c: dplr_state_at(k, v, log_w, a, b, pos, c))
+                for c in (4, 8, 16)}
+    stepping["every step from 0 (reference)"] = lambda: dplr_states(k, v, log_w, a, b)[rows, pos]
+    _compare("the state at each row's position:", stepping)
+
+
+def _compare(title: str, ways: dict) -> None:
+    """Times each way in interleaved rounds; ratios and largest differences against the last (the reference)."""
+    reference_name = list(ways)[-1]
+    reference = ways[reference_name]()
+    times = {name: [] for name in ways}
     for _ in range(3):
-        for name, fn in stepping.items():
+        for name, fn in ways.items():
             times[name].append(median_seconds(fn, repeats=1))
-    ref = min(times["every step from 0 (reference)"])
-    print("the state at each row's position:")
-    for name, fn in stepping.items():
+    ref = min(times[reference_name])
+    print(title)
+    for name, fn in ways.items():
         diff = (fn() - reference).abs().max().item()
         best = min(times[name])
         print(f"  {name:32s} {best:.3f} s  ratio {ref / best:.2f}x  largest difference {diff:.1e}")
-
 
 if __name__ == "__main__":
     main()

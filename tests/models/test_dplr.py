@@ -1,7 +1,8 @@
 """The diagonal-plus-low-rank recurrence (`ops.dplr`): the chunkwise form equals the per-step loop (across
 chunk boundaries, at the chunk length it picks itself, per-dimension or per-head decay, with and without the
 low-rank term, strong decays), and with w = 1, a = k, b = -β k it is the delta rule of `ops.delta_rule`; the
-state at one step per row (from the chunkwise form's chunk-entering states) is the loop's."""
+state at one step per row (from the chunkwise form's chunk-entering states) is the loop's; a state moved at one
+step per row and carried forward (the chunkwise form from that state, nothing written) answers as stepping does."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mecheval.models.ops.chunks import chunk_grid
 from mecheval.models.ops.delta_rule import delta_rule_loop
-from mecheval.models.ops.dplr import dplr, dplr_loop, dplr_state_at, dplr_states
+from mecheval.models.ops.dplr import (
+    chunk_length,
+    dplr,
+    dplr_loop,
+    dplr_patch_response,
+    dplr_state_at,
+    dplr_states,
+    dplr_states_response,
+)
 
 FAST = settings(max_examples=12, deadline=None)
 
@@ -32,9 +42,13 @@ def _inputs(seed, T, H, dk, dv, per_dim, low_rank, decay_scale=1.0):
        dv=st.sampled_from([1, 3]), per_dim=st.booleans(), low_rank=st.booleans(), chunk=st.sampled_from([4, 16, None]))
 def test_chunkwise_form_equals_the_loop(seed, T, H, dk, dv, per_dim, low_rank, chunk):
     args = _inputs(seed, T, H, dk, dv, per_dim, low_rank)
-    o, entering = dplr(*args, chunk_size=chunk, entering=True)
-    torch.testing.assert_close(o, dplr_loop(*args), atol=1e-9, rtol=1e-9)
-    assert torch.equal(dplr(None, *args[1:], chunk_size=chunk), entering)  # without q: the same states, no output
+    torch.testing.assert_close(dplr(*args, chunk_size=chunk), dplr_loop(*args), atol=1e-9, rtol=1e-9)
+    entering = dplr(None, *args[1:], chunk_size=chunk)  # without q: the state entering each chunk, no output
+    L = chunk_grid(T, chunk or chunk_length(args[3]))[1]
+    states = dplr_states(*args[1:])
+    for i in range(1, entering.shape[1]):
+        torch.testing.assert_close(entering[:, i], states[:, i * L - 1], atol=1e-9, rtol=1e-9)
+    assert not entering[:, 0].any()
 
 
 def test_strong_decays_stay_finite_and_exact():
@@ -71,3 +85,17 @@ def test_the_state_at_a_step_per_row_is_the_loops(seed, T, per_dim, low_rank, da
     pos = torch.tensor(data.draw(st.lists(st.integers(0, T - 1), min_size=2, max_size=2)))
     expect = dplr_states(k, v, log_w, a, b)[torch.arange(2), pos]
     torch.testing.assert_close(dplr_state_at(k, v, log_w, a, b, pos), expect, atol=1e-9, rtol=1e-9)
+
+
+@FAST
+@given(seed=st.integers(0, 999), T=st.integers(1, 45), per_dim=st.booleans(), low_rank=st.booleans(), data=st.data(),
+       chunkwise=st.sampled_from([True, False, None]))
+def test_a_state_moved_at_one_step_per_row_answers_as_stepping_does(seed, T, per_dim, low_rank, data, chunkwise):
+    """Rows moved at different steps (the last one too: nothing after it), across chunk boundaries, either way."""
+    q, _, _, log_w, a, b = _inputs(seed, T, 2, 4, 3, per_dim, low_rank)
+    step = torch.tensor(data.draw(st.lists(st.integers(0, T - 1), min_size=2, max_size=2)))
+    dS = torch.randn(2, 2, 4, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    moves = torch.zeros(2, T, 2, 4, 3, dtype=torch.float64)
+    moves[torch.arange(2), step] = dS
+    expect = dplr_states_response(q, log_w, a, b, moves)
+    torch.testing.assert_close(dplr_patch_response(q, log_w, a, b, dS, step, chunkwise), expect, atol=1e-9, rtol=1e-9)

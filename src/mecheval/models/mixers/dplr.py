@@ -30,6 +30,7 @@ from mecheval.models.ops.dplr import (
     DPLRInputs,
     dplr,
     dplr_run,
+    dplr_patch_response,
     dplr_state_at,
     dplr_states,
     dplr_states_response,
@@ -61,11 +62,9 @@ class DPLRState(MatrixState):
     def _step_of(self, pos: torch.Tensor) -> torch.Tensor:
         return (pos + 1) * self.substeps - 1
 
-    def _moved(self, rows: torch.Tensor, moves: torch.Tensor, first: int = 0) -> torch.Tensor:
-        """Δo at every token [n, T, H, d_v] from moves of S after each step [n, T n, H, d_k, d_v] (none before step
-        `first`)."""
-        dlr = (_rows(x, rows) for x in (self.q, self.log_w, self.a, self.b))
-        return dplr_states_response(*dlr, moves, first)[:, last_steps(self.substeps)]
+    def _reads(self, rows: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """What a move of the state passes through, of rows [n]: q, log_w, a, b."""
+        return tuple(_rows(x, rows) for x in (self.q, self.log_w, self.a, self.b))
 
     def _at(self, rows, pos):
         kvwab = (_rows(x, rows) for x in (self.k, self.v, self.log_w, self.a, self.b))
@@ -73,10 +72,7 @@ class DPLRState(MatrixState):
 
     def _change(self, rows, pos, delta):
         dS = delta.view(len(rows), *self.k.shape[2:], self.v.shape[3])
-        moves = dS.new_zeros(len(rows), self.q.shape[1], *dS.shape[1:])
-        steps = self._step_of(pos)
-        moves[torch.arange(len(rows)), steps] = dS
-        return self._moved(rows, moves, int(steps.min()))
+        return dplr_patch_response(*self._reads(rows), dS, self._step_of(pos))[:, last_steps(self.substeps)]
 
     def _every(self, rows):
         kvwab = (_rows(x, rows) for x in (self.k, self.v, self.log_w, self.a, self.b))
@@ -86,7 +82,7 @@ class DPLRState(MatrixState):
         dS = delta.view(len(rows), delta.shape[1], *self.k.shape[2:], self.v.shape[3])
         moves = dS.new_zeros(len(rows), self.q.shape[1], *dS.shape[2:])
         moves[:, last_steps(self.substeps)] = dS
-        return self._moved(rows, moves)
+        return dplr_states_response(*self._reads(rows), moves)[:, last_steps(self.substeps)]
 
 
 class GatedOutput(nn.Module):

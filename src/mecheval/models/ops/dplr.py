@@ -98,59 +98,58 @@ def chunk_length(log_w: torch.Tensor) -> int:
     return 8 if log_w.shape[-1] > 1 else 32
 
 
-def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, entering: bool = False):
-    """Chunkwise DPLR recurrence (module docstring), from S = 0: -> o [B, T, H, d_v]. All chunks' pairwise
-    terms and triangular solves at once, then T / L steps carrying the state across chunks (chunks of at most
-    `chunk_size`; None: `chunk_length(log_w)`, the grid `chunk_grid(T, chunk_size)`). entering: also the state
-    entering each chunk -> (o, S [B, nc, H, d_k, d_v]); q None: that state alone, no output computed."""
+def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, initial: torch.Tensor | None = None):
+    """Chunkwise DPLR recurrence (module docstring) from S_0 = `initial` [B, H, d_k, d_v] (None: 0): -> o [B, T,
+    H, d_v]. All chunks' pairwise terms and triangular solves at once, then T / L steps carrying the state across
+    chunks (chunks of at most `chunk_size`; None: `chunk_length(log_w)`, the grid `chunk_grid(T, chunk_size)`).
+    q None: the state entering each chunk alone, no output computed -> S [B, nc, H, d_k, d_v]; k, v None: nothing
+    written (what `initial` alone becomes)."""
     if chunk_size is None:
         chunk_size = chunk_length(log_w)
-    Bsz, T, H, dk = k.shape
-    dv = v.shape[-1]
+    Bsz, T, H = log_w.shape[:3]
+    S = initial if initial is not None else k.new_zeros(Bsz, H, k.shape[-1], v.shape[-1])
+    dk, dv = S.shape[-2:]
     nc, L = chunk_grid(T, chunk_size)  # padded steps: log w = 0 and nothing written, so the state passes unchanged
 
     def chunks(x):  # [B, T, H, X] -> [B, H, nc, L, X]
-        return into_chunks(x, nc, L).permute(0, 3, 1, 2, 4)
+        return None if x is None else into_chunks(x, nc, L).permute(0, 3, 1, 2, 4)
 
-    k, v, log_w = chunks(k), chunks(v), chunks(log_w)
+    q, k, v, log_w, a, b = (chunks(x) for x in (q, k, v, log_w, a, b))
+    writes = k is not None
     c = log_w.cumsum(-2)  # [B, H, nc, L, d_k or 1]
     gap = c[..., :, None, :] - c[..., None, :, :]  # c_t - c_s  [B, H, nc, L, L, d_k or 1]
-    steps = torch.arange(L, device=k.device)
+    steps = torch.arange(L, device=log_w.device)
     if q is not None:
-        q = chunks(q)
         upto = (steps[None] <= steps[:, None])[..., None]  # s <= t
         decay = torch.where(upto, gap, -torch.inf).exp()  # e^{c_t - c_s}, s <= t
-        o_local = _pairs(q, decay, k) @ v  # [B, H, nc, L, d_v]
+        o_local = _pairs(q, decay, k) @ v if writes else 0  # [B, H, nc, L, d_v]
         q_in = q * c.exp()  # reads S_0
     if a is not None:
-        a, b = chunks(a), chunks(b)
         earlier = (steps[None] < steps[:, None])[..., None]  # s < t
         before = torch.where(earlier, gap - log_w[..., :, None, :], -torch.inf).exp()  # e^{c_{t-1} - c_s}, s < t
-        solve = torch.eye(L, dtype=k.dtype, device=k.device) - _pairs(a, before, b)  # I - A_ab
+        solve = torch.eye(L, dtype=S.dtype, device=S.device) - _pairs(a, before, b)  # I - A_ab
         a_in = a * (c - log_w).exp()  # e^{c_{t-1}} ⊙ a_t
-        WR = torch.linalg.solve_triangular(solve, torch.cat([a_in, _pairs(a, before, k) @ v], -1), upper=False,
-                                           unitriangular=True)
-        W, R = WR.split([dk, dv], dim=-1)  # U = W S_0 + R
+        rhs = torch.cat([a_in, _pairs(a, before, k) @ v], -1) if writes else a_in
+        WR = torch.linalg.solve_triangular(solve, rhs, upper=False, unitriangular=True)
+        W, R = WR.split([dk, dv], dim=-1) if writes else (WR, None)  # U = W S_0 + R
         if q is not None:
             qb = _pairs(q, decay, b)  # [B, H, nc, L, L]
     to_end = (c[..., -1:, :] - c).exp()  # e^{c_L - c_s}  [B, H, nc, L, d_k or 1]
-    S = k.new_zeros(Bsz, H, dk, dv)
     outs, starts = [], []
     for i in range(nc):
         starts.append(S)
-        write = (k[:, :, i] * to_end[:, :, i]).transpose(-1, -2) @ v[:, :, i]
+        write = (k[:, :, i] * to_end[:, :, i]).transpose(-1, -2) @ v[:, :, i] if writes else 0
         if a is not None:
-            U = W[:, :, i] @ S + R[:, :, i]  # the reads u_t  [B, H, L, d_v]
+            U = W[:, :, i] @ S + (R[:, :, i] if writes else 0)  # the reads u_t  [B, H, L, d_v]
             write = write + (b[:, :, i] * to_end[:, :, i]).transpose(-1, -2) @ U
         if q is not None:
-            o = q_in[:, :, i] @ S + o_local[:, :, i]
+            o = q_in[:, :, i] @ S + (o_local[:, :, i] if writes else 0)
             outs.append(o if a is None else o + qb[:, :, i] @ U)
         S = c[:, :, i, -1].exp()[..., None] * S + write
     if q is None:
         return torch.stack(starts, dim=1)
     o = torch.stack(outs, dim=2)  # [B, H, nc, L, d_v]
-    o = o.permute(0, 2, 3, 1, 4).reshape(Bsz, nc * L, H, dv)[:, :T]
-    return (o, torch.stack(starts, dim=1)) if entering else o
+    return o.permute(0, 2, 3, 1, 4).reshape(Bsz, nc * L, H, dv)[:, :T]
 
 
 def dplr_states(k, v, log_w, a=None, b=None):
@@ -164,19 +163,47 @@ def dplr_states(k, v, log_w, a=None, b=None):
     return torch.stack(states, dim=1)
 
 
-def dplr_states_response(q, log_w, a, b, dS, first: int = 0):
+def dplr_states_response(q, log_w, a, b, dS):
     """The change of o when the state after every t moves by dS[:, t] [n, T, H, d_k, d_v] at once: with
     g_s = M_s g_{s-1} + dS_s, M_s = diag(w_s) + b_s a_s^T (the moves carried forward, nothing written),
-    Δo_s = (M_s g_{s-1})^T q_s, Δo_0 = 0 -> [n, T, H, d_v]. `first`: dS is zero before that step (a patch at one
-    position per row: the earliest), so that the steps before it (g = 0, Δo = 0) are not stepped through."""
-    moves = dS.unbind(1)[first:]
-    g, out = moves[0], [dS.new_zeros(dS.shape[0], dS.shape[2], dS.shape[4])] * (first + 1)
-    per_step = [x.unbind(1)[first + 1:] if x is not None else [None] * (q.shape[1] - 1 - first) for x in (q, log_w, a, b)]
+    Δo_s = (M_s g_{s-1})^T q_s, Δo_0 = 0 -> [n, T, H, d_v]."""
+    moves = dS.unbind(1)
+    g, out = moves[0], [dS.new_zeros(dS.shape[0], dS.shape[2], dS.shape[4])]
+    per_step = [x.unbind(1)[1:] if x is not None else [None] * (q.shape[1] - 1) for x in (q, log_w, a, b)]
     for q_s, log_w_s, a_s, b_s, dS_s in zip(*per_step, moves[1:]):
         moved = dplr_transition(g, log_w_s, a_s, b_s)
         out.append(torch.einsum("bhkv,bhk->bhv", moved, q_s))
         g = moved + dS_s
     return torch.stack(out, dim=1)
+
+
+def dplr_patch_response(q, log_w, a, b, dS, step, chunkwise: bool | None = None):
+    """The change of o when the state after step[r] (one step per row, step [n]) moves by dS [n, H, d_k, d_v]:
+    Δo_s = g_s^T q_s for s > step with g = dS carried forward and nothing written, 0 up to it -> [n, T, H, d_v].
+    chunkwise: each row's steps after its own shifted to start at 0 (past T: w = 1, a = b = q = 0) and run by the
+    chunkwise form from dS, all rows at once; else stepped from the earliest patched step. None: chunkwise where
+    the decay is one per head (log_w [..., 1]), where it ran 1.3-5x faster; with a decay per key dimension its
+    pairwise terms made it 2-4x slower than stepping (benchmarks/state_patch.py)."""
+    n, T = q.shape[:2]
+    out = dS.new_zeros(n, T, q.shape[2], dS.shape[-1])
+    first = int(step.min())
+    if first == T - 1:  # every row patched at the last step: no step after it
+        return out
+    if not (log_w.shape[-1] == 1 if chunkwise is None else chunkwise):
+        moves = dS.new_zeros(n, T - first, *dS.shape[1:])
+        moves[torch.arange(n), step - first] = dS
+        out[:, first:] = dplr_states_response(*(None if x is None else x[:, first:] for x in (q, log_w, a, b)), moves)
+        return out
+    src = step[:, None] + 1 + torch.arange(T - 1 - first, device=q.device)  # [n, span]
+    inside, rows = src < T, torch.arange(n, device=q.device)[:, None].expand_as(src)
+    at = src.clamp(max=T - 1)
+
+    def shifted(x):  # [n, T, H, X] -> [n, span, H, X], zero past T
+        return None if x is None else torch.where(inside[..., None, None], x[rows, at], 0)
+
+    o = dplr(shifted(q), None, None, shifted(log_w), shifted(a), shifted(b), initial=dS)
+    out[rows[inside], src[inside]] = o[inside]
+    return out
 
 
 # `dplr_state_at`'s chunks (benchmarks/state_patch.py, 512 rows, 180 steps: 1.9x stepping from 0; 8: 1.2x; 16: 0.6x)
