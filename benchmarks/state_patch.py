@@ -1,10 +1,12 @@
 """A DPLR state patch (DeltaProduct's, RWKV-7's) at one position per row, its two parts each against the way it was
-done before: the response (`ops.dplr.dplr_patch_response`: each row shifted to its patched step and run by the
-chunkwise form from the moved state, since 2026-12-07) against stepping (`dplr_states_response`) from the earliest
-patched step (the way from 2026-12-06) and from step 0; the state at each row's position (`ops.dplr.dplr_state_at`: the chunkwise
-form's chunk-entering states, then at most a chunk of steps, since 2026-12-07, at chunk sizes 4, 8 and 16; its
-chunk pass computes those states alone, no output: 1.4x with a decay per key dimension, 1.2x with one per head, at
-512 rows and 180 steps on one thread) against stepping every state from step 0 (`dplr_states`, indexed).
+done before.
+- The response (`ops.dplr.dplr_patch_response`): the chunkwise form from the moved state, each row shifted to its
+  patched step (since 2026-12-07; the default where the decay is one per head: 5.4x there, 0.25-0.6x with one per
+  key dimension at 256 rows, 180 steps, one thread), against stepping from the earliest patched step (the way from
+  2026-12-06) and from step 0.
+- The state at each row's position (`ops.dplr.dplr_state_at`): the chunkwise form's chunk-entering states, then at
+  most a chunk of steps, at chunk sizes 4, 8 and 16 (`state_at_chunk` picks by the decay's shape), against stepping
+  every state from step 0 (`dplr_states`, indexed).
 
 The state readout patches each layer's state at offsets from the key and from the answer, one position per row;
 on ATR easy (documents up to ~90 tokens, two substeps a token for DeltaProduct) its patches ran through every step

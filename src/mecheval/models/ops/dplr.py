@@ -206,14 +206,19 @@ def dplr_patch_response(q, log_w, a, b, dS, step, chunkwise: bool | None = None)
     return out
 
 
-# `dplr_state_at`'s chunks (benchmarks/state_patch.py, 512 rows, 180 steps: 1.9x stepping from 0; 8: 1.2x; 16: 0.6x)
-STATE_AT_CHUNK = 4
+def state_at_chunk(log_w: torch.Tensor) -> int:
+    """`dplr_state_at`'s chunk length (benchmarks/state_patch.py, one thread, 256-512 rows, 90-180 steps, against
+    stepping from 0): 4 with a decay per key dimension (1.9x; 8: 1.2-1.6x, 16: 0.6-1.0x), 8 with one per head
+    (5.1-7.8x; 4: 3.9-5.1x, 16: 5.4-7.3x)."""
+    return 4 if log_w.shape[-1] > 1 else 8
 
 
-def dplr_state_at(k, v, log_w, a, b, pos, chunk_size: int = STATE_AT_CHUNK):
+def dplr_state_at(k, v, log_w, a, b, pos, chunk_size: int | None = None):
     """The state after step pos (one per row): pos [n] -> S [n, H, d_k, d_v]. The chunkwise form's state entering
     the chunk that holds pos, then that chunk's steps up to pos, all rows at once (each stops at its own pos): at
-    most `chunk_size` steps after the chunked pass, where stepping from 0 took pos + 1."""
+    most `chunk_size` (None: `state_at_chunk(log_w)`) steps after the chunked pass, where stepping from 0 took
+    pos + 1."""
+    chunk_size = chunk_size or state_at_chunk(log_w)
     upto = int(pos.max()) + 1
     k, v, log_w, a, b = (None if x is None else x[:, :upto] for x in (k, v, log_w, a, b))
     entering = dplr(None, k, v, log_w, a, b, chunk_size=chunk_size)  # [n, nc, H, d_k, d_v]
