@@ -725,8 +725,10 @@ def rates_block(root: Path, page: Path) -> str:
             f"{int((cells['rates'] >= 3).sum())} tried 3 or more learning rates; the best rate is bracketed by a worse "
             f"one on each side in {int(cells['bracketed'].sum())} (in the figure: a solid outline), at the edge of "
             f"what was tried in {int((~cells['bracketed']).sum())} (dashed). The {len(apart)} cells whose accuracy at "
-            f"their best rate does not agree with the published value, with the part that differs (the mechanism: "
-            f"our most common verdict at that rate, the published label in brackets):\n\n"
+            f"their best rate does not agree with the published value, with the part that differs (each rate's mean "
+            f"accuracy, ×n: its seeds where more than one; the best rate in bold, chosen on the seeds every rate ran, "
+            f"so that it can have the lower mean where it alone ran more seeds; the mechanism: our most common verdict "
+            f"at that rate, the published label in brackets):\n\n"
             + _markdown(apart.to_dict("records")))
 
 

@@ -104,7 +104,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
 def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
     """The cells of `rate_table` whose best-rate accuracy does not agree with the published one by the strict
     rule (`decide.compare_accuracy`: differ or inconclusive), one row each: `cell`, `published`, `rates tried`
-    (each rate's mean accuracy, the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
+    (each rate's mean accuracy, ×n: its seeds where more than one; the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
     most common verdict at the best rate against the published label, `decide.compare_labels`; blank where the
     study labels none or ours did not learn) and `differs in` (the parts that differ: accuracy, mechanism)."""
     rows = []
@@ -115,7 +115,7 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
             continue
         theirs = published_verdict(task, arch)
         mechanism = compare_labels(best["verdict"], theirs)
-        tried = ", ".join(f"**{r['lr']:g}: {_acc(r)}**" if r["best"] else f"{r['lr']:g}: {_acc(r)}"
+        tried = ", ".join(f"**{r['lr']:g}: {_acc_seeds(r)}**" if r["best"] else f"{r['lr']:g}: {_acc_seeds(r)}"
                           for _, r in cell.sort_values("lr").iterrows())
         rows.append({"cell": f"{task.upper()}{' ' + grammar if grammar else ''} {arch} d={width}",
                      "published": f"{best['published']:.2f}", "rates tried": tried,
@@ -130,6 +130,11 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
 def _acc(rate: pd.Series) -> str:
     """A `rate_table` row's mean accuracy in words: two decimals, or `diverged` where every run did."""
     return DIVERGED if rate["acc"] != rate["acc"] else f"{rate['acc']:.2f}"
+
+
+def _acc_seeds(rate: pd.Series) -> str:
+    """`_acc` with its seeds, ` ×n`, where more than one."""
+    return _acc(rate) + (f" ×{rate['seeds']}" if rate["seeds"] > 1 else "")
 
 
 def published_value(task: str, grammar: str, arch: str, conv, width: int, label: str) -> float | None:
@@ -210,8 +215,7 @@ def rate_figure(table: pd.DataFrame) -> plt.Figure:
             for _, r in cell.iterrows():
                 x = rates.index(r["lr"])
                 ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, **_fill(r["verdict"])))
-                ax.text(x, y, _acc(r) + (f" ×{r['seeds']}" if r["seeds"] > 1 else ""), ha="center",
-                        va="center", fontsize=7)
+                ax.text(x, y, _acc_seeds(r), ha="center", va="center", fontsize=7)
                 if r["best"]:
                     ax.add_patch(Rectangle((x - 0.46, y - 0.42), 0.92, 0.84, fill=False, ec="black", lw=1.6,
                                            ls="-" if r["bracketed"] else "--"))
