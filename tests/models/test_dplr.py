@@ -6,6 +6,7 @@ step per row and carried forward (the chunkwise form from that state, nothing wr
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,3 +100,13 @@ def test_a_state_moved_at_one_step_per_row_answers_as_stepping_does(seed, T, per
     moves[torch.arange(2), step] = dS
     expect = dplr_states_response(q, log_w, a, b, moves)
     torch.testing.assert_close(dplr_patch_response(q, log_w, a, b, dS, step, chunkwise), expect, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("chunkwise", [True, False])
+def test_the_patch_response_differentiates(chunkwise):
+    """Its gradients by finite differences, either way (the stepping way adds each row's move in place)."""
+    q, _, _, log_w, a, b = _inputs(5, 11, 1, 3, 2, True, True)
+    dS = torch.randn(2, 1, 3, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    step = torch.tensor([2, 6])
+    leaves = [x.clone().requires_grad_() for x in (q, log_w, a, b, dS)]
+    assert torch.autograd.gradcheck(lambda *xs: dplr_patch_response(*xs, step, chunkwise), leaves)

@@ -50,7 +50,7 @@ def dplr_transition(S, log_w_t, a_t, b_t):
     moved = log_w_t.exp()[..., None] * S
     if a_t is None:
         return moved
-    return moved + b_t[..., :, None] * torch.einsum("bhk,bhkv->bhv", a_t, S)[..., None, :]
+    return torch.addcmul(moved, b_t[..., :, None], torch.einsum("bhk,bhkv->bhv", a_t, S)[..., None, :])
 
 
 def dplr_next(S, k_t, v_t, log_w_t, a_t, b_t):
@@ -181,18 +181,26 @@ def dplr_patch_response(q, log_w, a, b, dS, step, chunkwise: bool | None = None)
     """The change of o when the state after step[r] (one step per row, step [n]) moves by dS [n, H, d_k, d_v]:
     Δo_s = g_s^T q_s for s > step with g = dS carried forward and nothing written, 0 up to it -> [n, T, H, d_v].
     chunkwise: each row's steps after its own shifted to start at 0 (past T: w = 1, a = b = q = 0) and run by the
-    chunkwise form from dS, all rows at once; else stepped from the earliest patched step. None: chunkwise where
-    the decay is one per head (log_w [..., 1]), where it ran 1.3-5x faster; with a decay per key dimension its
-    pairwise terms made it 2-4x slower than stepping (benchmarks/state_patch.py)."""
+    chunkwise form from dS, all rows at once; else stepped from the earliest patched step, each row's dS joining
+    the carried move at its step. None: chunkwise where the decay is one per head (log_w [..., 1]: 1.6-2x the
+    stepping), stepping where it is one per key dimension (the chunkwise form's pairwise terms: 5-7x slower).
+    Against stepping a [n, T, ...] tensor of moves (the way before 2026-12-07): 7.5-7.9x and 2.8-3.1x, one
+    thread, 512 rows, 90-180 steps (benchmarks/state_patch.py)."""
     n, T = q.shape[:2]
     out = dS.new_zeros(n, T, q.shape[2], dS.shape[-1])
     first = int(step.min())
     if first == T - 1:  # every row patched at the last step: no step after it
         return out
     if not (log_w.shape[-1] == 1 if chunkwise is None else chunkwise):
-        moves = dS.new_zeros(n, T - first, *dS.shape[1:])
-        moves[torch.arange(n), step - first] = dS
-        out[:, first:] = dplr_states_response(*(None if x is None else x[:, first:] for x in (q, log_w, a, b)), moves)
+        g = torch.zeros_like(dS)  # the move carried to step s; each row's dS joins it at its own step
+        for s in range(first, T):
+            joins = (step == s).nonzero()[:, 0]
+            if s > first:
+                g = dplr_transition(g, log_w[:, s], _at(a, s), _at(b, s))
+            g.index_add_(0, joins, dS[joins])  # in place: the step's fresh state, which no op has saved
+            if s > first:
+                out[:, s] = torch.einsum("bhkv,bhk->bhv", g, q[:, s])
+                out[joins, s] = 0  # a row joining at s had moved nothing before it
         return out
     src = step[:, None] + 1 + torch.arange(T - 1 - first, device=q.device)  # [n, span]
     inside, rows = src < T, torch.arange(n, device=q.device)[:, None].expand_as(src)
