@@ -3,10 +3,12 @@
 For each mixer's shapes at the cpu scale (d = 64, the ATR batch B = 128: GLA H = 4, d_k = 8, d_v = 16, a
 decay per key dimension; RWKV-7 H = 1, d_k = d_v = 64, a decay per key dimension and the low-rank term;
 DeltaProduct H = 1, d_k = d_v = 64, n_h = 2 steps a token, one decay per head and the low-rank term) and
-each T, `dplr(q, k, v, log_w, a, b, chunk_size=L)` and `.sum().backward()` are timed for every L, side by
-side in one process, beside L = 32 (the reference: the chunk every DPLR mixer trained with before
-2026-12-06) and `chunk_size=None` (the op's own choice, `ops.dplr.chunk_length`). Ratios are
-reference / L (> 1: L is faster).
+each T, `dplr(q, k, v, log_w, a, b, chunk_size=L)` and `.sum().backward()` are timed for every L (the
+pairwise terms factored where the decay allows, as the op does), side by side in one process, beside the
+reference: the way before 2026-12-07, the op's own chunk of then (8 with a decay per key dimension, 32 per
+head) with the pairwise terms summed from their differences (`FACTORED_SPAN` 0: never factored), and
+`chunk_size=None` (the op's own choice now, `ops.dplr.chunk_length`). Ratios are reference / column (> 1:
+faster).
 
     python benchmarks/dplr_chunks.py [--T 24 --T 96] [--chunks 32,16,8,4] [--threads 1]
 """
@@ -21,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from common import median_seconds
+import mecheval.models.ops.dplr as ops_dplr
 from mecheval.models.ops.dplr import chunk_length, dplr
 
 BATCH = 128
-REFERENCE = 32
 # name: (H, d_k, d_v, steps a token, decay per key dimension, low-rank term)
 SHAPES = {
     "gla": (4, 8, 16, 1, True, False),
@@ -49,14 +51,19 @@ def inputs(name: str, T: int) -> list[torch.Tensor | None]:
     return [rand(H, dk, scale=dk**-0.5), rand(H, dk), rand(H, dv), log_w, *ab]
 
 
-def seconds_per_call(args, chunk: int | None, repeats: int) -> float:
+def seconds_per_call(args, chunk: int | None, repeats: int, factored: bool = True) -> float:
     def fwd_bwd() -> None:
         for x in args:
             if x is not None:
                 x.grad = None
         dplr(*args, chunk_size=chunk).sum().backward()
 
-    return median_seconds(fwd_bwd, repeats=repeats)
+    span = ops_dplr.FACTORED_SPAN
+    ops_dplr.FACTORED_SPAN = span if factored else 0.0
+    try:
+        return median_seconds(fwd_bwd, repeats=repeats)
+    finally:
+        ops_dplr.FACTORED_SPAN = span
 
 
 def main(
@@ -70,8 +77,8 @@ def main(
     lengths = [int(c) for c in chunks.split(",")]
     cols = [*(str(L) for L in lengths), "auto"]
     table = Table(title=f"dplr forward+backward ms, B={BATCH}, {threads} thread(s), median of {repeats}; "
-                        f"ratio = L={REFERENCE} / column")
-    for col in ["mixer", "T", "auto L", *(f"ms L={c}" for c in cols), *(f"x L={c}" for c in cols)]:
+                        f"ratio = before (unfactored, its chunk then) / column")
+    for col in ["mixer", "T", "auto L", "ms before", *(f"ms L={c}" for c in cols), *(f"x L={c}" for c in cols)]:
         table.add_column(col, justify="left" if col == "mixer" else "right")
     console = Console(width=None if sys.stdout.isatty() else 200)
     for name in mixers:
@@ -79,9 +86,9 @@ def main(
             args = inputs(name, t)
             ms = {str(L): 1e3 * seconds_per_call(args, L, repeats) for L in lengths}
             ms["auto"] = 1e3 * seconds_per_call(args, None, repeats)
-            ref = ms[str(REFERENCE)] if str(REFERENCE) in ms else 1e3 * seconds_per_call(args, REFERENCE, repeats)
+            ref = 1e3 * seconds_per_call(args, 8 if SHAPES[name][4] else 32, repeats, factored=False)
             auto = chunk_length(args[3])
-            table.add_row(name, str(t), str(auto), *(f"{ms[c]:.0f}" for c in cols),
+            table.add_row(name, str(t), str(auto), f"{ref:.0f}", *(f"{ms[c]:.0f}" for c in cols),
                           *(f"{ref / ms[c]:.2f}" for c in cols))
             console.print(f"{name} T={t}: " + ", ".join(f"L={c} {ms[c]:.0f} ms" for c in cols), highlight=False)
     console.print(table)

@@ -23,7 +23,7 @@ from mecheval.models.ops.dplr import (
     dplr_states_response,
 )
 
-FAST = settings(max_examples=12, deadline=None)
+FAST = settings(max_examples=24, deadline=None)
 
 
 def _inputs(seed, T, H, dk, dv, per_dim, low_rank, decay_scale=1.0):
@@ -40,9 +40,11 @@ def _inputs(seed, T, H, dk, dv, per_dim, low_rank, decay_scale=1.0):
 
 @FAST
 @given(seed=st.integers(0, 999), T=st.integers(1, 50), H=st.sampled_from([1, 3]), dk=st.sampled_from([1, 4]),
-       dv=st.sampled_from([1, 3]), per_dim=st.booleans(), low_rank=st.booleans(), chunk=st.sampled_from([4, 16, None]))
-def test_chunkwise_form_equals_the_loop(seed, T, H, dk, dv, per_dim, low_rank, chunk):
-    args = _inputs(seed, T, H, dk, dv, per_dim, low_rank)
+       dv=st.sampled_from([1, 3]), per_dim=st.booleans(), low_rank=st.booleans(), chunk=st.sampled_from([4, 16, None]),
+       decay_scale=st.sampled_from([1.0, 12.0]))
+def test_chunkwise_form_equals_the_loop(seed, T, H, dk, dv, per_dim, low_rank, chunk, decay_scale):
+    """Decays that let the pairwise terms factor (up to 1 a step) and decays that do not (up to 12)."""
+    args = _inputs(seed, T, H, dk, dv, per_dim, low_rank, decay_scale)
     torch.testing.assert_close(dplr(*args, chunk_size=chunk), dplr_loop(*args), atol=1e-9, rtol=1e-9)
     entering = dplr(None, *args[1:], chunk_size=chunk)  # without q: the state entering each chunk, no output
     L = chunk_grid(T, chunk or chunk_length(args[3]))[1]

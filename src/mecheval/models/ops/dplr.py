@@ -18,7 +18,11 @@ is a unit lower-triangular system in the rows of U: (I - A_ab) U = Ã S_0 + A_ak
 A_xy[t, s] = Σ_i x_ti e^{c_{t-1,i} - c_{s,i}} y_si for s < t. Then
     o_t = (e^{c_t} ⊙ q_t)^T S_0 + Σ_{s<=t} Σ_i q_ti e^{c_ti - c_si} (k_si v_s + b_si u_s)
     S_L = e^{c_L} ⊙ S_0 + Σ_s e^{c_L - c_s} ⊙ (k_s v_s^T + b_s u_s^T)
-Every exponent is <= 0 (pairwise differences within a chunk): nothing overflows whatever the decay.
+With a decay per key dimension the pairwise sums A_xy factor as a matrix product, (x_t ⊙ e^{c_{t-1}}) ·
+(y_s ⊙ e^{-c_s}) (`_pairing`), where every chunk's decay stays above e^{-FACTORED_SPAN}: its exponents then
+stay within ±FACTORED_SPAN, in range in float32. Where a chunk decays faster (and with one decay per head, where
+they are matrix products scaled by e^{c_t - c_s}) they are summed from the pairwise differences, every exponent
+<= 0: nothing overflows whatever the decay.
 `dplr_loop` is the plain per-step loop the chunkwise form is tested against; the state forms below serve
 the `state` site (`mixers.dplr.DPLRState`).
 """
@@ -90,12 +94,33 @@ def _pairs(x, decay, y):
     return (x[..., :, None, :] * decay * y[..., None, :, :]).sum(-1)  # (2.5x faster than einsum's path on CPU)
 
 
+# The largest exponent the factored pairwise terms take (e^30 ~ 1e13; float32 holds up to ~3e38)
+FACTORED_SPAN = 30.0
+
+
+def _pairing(x, cx, c, mask, factored: bool):
+    """y -> A[t, s] = Σ_i x_ti e^{cx_ti - c_si} y_si where mask[t, s], else 0: x, y [..., L, d_k]; cx, c [..., L,
+    d_k or 1]; mask [L, L] -> [..., L, L]. factored: the matrix product (x ⊙ e^{cx}) (y ⊙ e^{-c})^T (exponents up
+    to the chunk's decay, `FACTORED_SPAN` at most); else from the differences cx_t - c_s, every exponent <= 0."""
+    if factored:
+        scaled, inv = x * cx.exp(), (-c).exp()
+        return lambda y: (scaled @ (y * inv).transpose(-1, -2)).masked_fill(~mask, 0)
+    decay = torch.where(mask[..., None], cx[..., :, None, :] - c[..., None, :, :], -torch.inf).exp()
+    return lambda y: _pairs(x, decay, y)
+
+
 def chunk_length(log_w: torch.Tensor) -> int:
-    """The chunk length `dplr` takes by default: 8 where the decay is per key dimension (log_w [..., d_k]: every
-    pairwise term is an [L, L, d_k] tensor per chunk, L d_k numbers a step; at L = 32 they leave the cache and the
-    op ran 1.6-7x slower at GLA's and RWKV-7's shapes, `benchmarks/dplr_chunks.py`), else 32 (one decay per head:
-    the pairwise terms are matrix products)."""
-    return 8 if log_w.shape[-1] > 1 else 32
+    """The chunk length `dplr` takes by default: 32, but 8 where the decay is per key dimension and a chunk of 32
+    steps decays beyond e^{-FACTORED_SPAN} (the pairwise terms do not factor: each is an [L, L, d_k] tensor per
+    chunk, and at L = 32 they leave the cache: the op ran 1.6-7x slower than at 8). Factored, at 32, the op forward
+    and backward ran 2.7-3.7x faster than unfactored at 8 (GLA's and RWKV-7's shapes, `benchmarks/dplr_chunks.py`)."""
+    return 8 if log_w.shape[-1] > 1 and not _factors(log_w, 32) else 32
+
+
+def _factors(log_w: torch.Tensor, L: int) -> bool:
+    """Every chunk of L steps of log_w [B, T, H, X] decays within e^{-FACTORED_SPAN}."""
+    nc, L = chunk_grid(log_w.shape[1], L)
+    return bool(into_chunks(log_w, nc, L).sum(2).min() > -FACTORED_SPAN)
 
 
 def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, initial: torch.Tensor | None = None):
@@ -117,23 +142,23 @@ def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, initial:
     q, k, v, log_w, a, b = (chunks(x) for x in (q, k, v, log_w, a, b))
     writes = k is not None
     c = log_w.cumsum(-2)  # [B, H, nc, L, d_k or 1]
-    gap = c[..., :, None, :] - c[..., None, :, :]  # c_t - c_s  [B, H, nc, L, L, d_k or 1]
+    # with a decay per key dimension, factored where the chunks allow (c falls within a chunk: its last step holds
+    # the chunk's decay); one per head: the pairwise terms are matrix products already (factoring them ran slower)
+    factored = log_w.shape[-1] > 1 and bool(c.min() > -FACTORED_SPAN)
     steps = torch.arange(L, device=log_w.device)
     if q is not None:
-        upto = (steps[None] <= steps[:, None])[..., None]  # s <= t
-        decay = torch.where(upto, gap, -torch.inf).exp()  # e^{c_t - c_s}, s <= t
-        o_local = _pairs(q, decay, k) @ v if writes else 0  # [B, H, nc, L, d_v]
+        pair_q = _pairing(q, c, c, steps[None] <= steps[:, None], factored)  # e^{c_t - c_s}, s <= t
+        o_local = pair_q(k) @ v if writes else 0  # [B, H, nc, L, d_v]
         q_in = q * c.exp()  # reads S_0
     if a is not None:
-        earlier = (steps[None] < steps[:, None])[..., None]  # s < t
-        before = torch.where(earlier, gap - log_w[..., :, None, :], -torch.inf).exp()  # e^{c_{t-1} - c_s}, s < t
-        solve = torch.eye(L, dtype=S.dtype, device=S.device) - _pairs(a, before, b)  # I - A_ab
+        pair_a = _pairing(a, c - log_w, c, steps[None] < steps[:, None], factored)  # e^{c_{t-1} - c_s}, s < t
+        solve = torch.eye(L, dtype=S.dtype, device=S.device) - pair_a(b)  # I - A_ab
         a_in = a * (c - log_w).exp()  # e^{c_{t-1}} ⊙ a_t
-        rhs = torch.cat([a_in, _pairs(a, before, k) @ v], -1) if writes else a_in
+        rhs = torch.cat([a_in, pair_a(k) @ v], -1) if writes else a_in
         WR = torch.linalg.solve_triangular(solve, rhs, upper=False, unitriangular=True)
         W, R = WR.split([dk, dv], dim=-1) if writes else (WR, None)  # U = W S_0 + R
         if q is not None:
-            qb = _pairs(q, decay, b)  # [B, H, nc, L, L]
+            qb = pair_q(b)  # [B, H, nc, L, L]
     to_end = (c[..., -1:, :] - c).exp()  # e^{c_L - c_s}  [B, H, nc, L, d_k or 1]
     outs, starts = [], []
     for i in range(nc):
@@ -215,10 +240,12 @@ def dplr_patch_response(q, log_w, a, b, dS, step, chunkwise: bool | None = None)
 
 
 def state_at_chunk(log_w: torch.Tensor) -> int:
-    """`dplr_state_at`'s chunk length (benchmarks/state_patch.py, one thread, 256-512 rows, 90-180 steps, against
-    stepping from 0): 4 with a decay per key dimension (1.9x; 8: 1.2-1.6x, 16: 0.6-1.0x), 8 with one per head
-    (5.1-7.8x; 4: 3.9-5.1x, 16: 5.4-7.3x)."""
-    return 4 if log_w.shape[-1] > 1 else 8
+    """`dplr_state_at`'s chunk length (benchmarks/state_patch.py, one thread, 256 rows, 90-180 steps, against
+    stepping from 0): 8 with one decay per head (5.1-7.8x; 4: 3.9-5.1x, 16: 5.4-7.3x); with one per key dimension
+    16 where its pairwise terms factor (4.4-6.8x; 4: 3.2-3.8x, 8: 4.1-4.2x), else 4 (1.9x unfactored; 8: 1.2-1.6x)."""
+    if log_w.shape[-1] == 1:
+        return 8
+    return 16 if _factors(log_w, 16) else 4
 
 
 def dplr_state_at(k, v, log_w, a, b, pos, chunk_size: int | None = None):
