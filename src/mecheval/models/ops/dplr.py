@@ -120,7 +120,16 @@ def chunk_length(log_w: torch.Tensor) -> int:
 def _factors(log_w: torch.Tensor, L: int) -> bool:
     """Every chunk of L steps of log_w [B, T, H, X] decays within e^{-FACTORED_SPAN}."""
     nc, L = chunk_grid(log_w.shape[1], L)
-    return bool(into_chunks(log_w, nc, L).sum(2).min() > -FACTORED_SPAN)
+    return _within_span(into_chunks(log_w, nc, L).sum(2))
+
+
+def _within_span(decay: torch.Tensor) -> bool:
+    """Every log decay in `decay` lies above -FACTORED_SPAN. False under torch.func.vmap (a cohort's stacked
+    members), where no tensor's value may steer the computation: the unfactored form serves any decay."""
+    try:
+        return bool(decay.min() > -FACTORED_SPAN)
+    except RuntimeError:  # vmap: data-dependent control flow
+        return False
 
 
 def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, initial: torch.Tensor | None = None):
@@ -144,7 +153,7 @@ def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, initial:
     c = log_w.cumsum(-2)  # [B, H, nc, L, d_k or 1]
     # with a decay per key dimension, factored where the chunks allow (c falls within a chunk: its last step holds
     # the chunk's decay); one per head: the pairwise terms are matrix products already (factoring them ran slower)
-    factored = log_w.shape[-1] > 1 and bool(c.min() > -FACTORED_SPAN)
+    factored = log_w.shape[-1] > 1 and _within_span(c)
     steps = torch.arange(L, device=log_w.device)
     if q is not None:
         pair_q = _pairing(q, c, c, steps[None] <= steps[:, None], factored)  # e^{c_t - c_s}, s <= t
