@@ -98,13 +98,13 @@ def _pairs(x, decay, y):
 FACTORED_SPAN = 30.0
 
 
-def _pairing(x, cx, c, mask, factored: bool):
-    """y -> A[t, s] = Σ_i x_ti e^{cx_ti - c_si} y_si where mask[t, s], else 0: x, y [..., L, d_k]; cx, c [..., L,
-    d_k or 1]; mask [L, L] -> [..., L, L]. factored: the matrix product (x ⊙ e^{cx}) (y ⊙ e^{-c})^T (exponents up
-    to the chunk's decay, `FACTORED_SPAN` at most); else from the differences cx_t - c_s, every exponent <= 0."""
-    if factored:
-        scaled, inv = x * cx.exp(), (-c).exp()
-        return lambda y: (scaled @ (y * inv).transpose(-1, -2)).masked_fill(~mask, 0)
+def _pairing(x, x_in, cx, c, inv, mask):
+    """A function of y (given as y ⊙ inv where factored, y itself otherwise) -> A[t, s] = Σ_i x_ti e^{cx_ti - c_si}
+    y_si where mask[t, s], else 0: x, y [..., L, d_k]; x_in = x ⊙ e^{cx}; cx, c [..., L, d_k or 1]; mask [L, L]
+    -> [..., L, L]. inv = e^{-c} (factored): the matrix product x_in (y ⊙ inv)^T (exponents up to the chunk's
+    decay, `FACTORED_SPAN` at most); None: from the differences cx_t - c_s, every exponent <= 0."""
+    if inv is not None:
+        return lambda y_out: (x_in @ y_out.transpose(-1, -2)).masked_fill(~mask, 0)
     decay = torch.where(mask[..., None], cx[..., :, None, :] - c[..., None, :, :], -torch.inf).exp()
     return lambda y: _pairs(x, decay, y)
 
@@ -154,20 +154,27 @@ def dplr(q, k, v, log_w, a=None, b=None, chunk_size: int | None = None, initial:
     # with a decay per key dimension, factored where the chunks allow (c falls within a chunk: its last step holds
     # the chunk's decay); one per head: the pairwise terms are matrix products already (factoring them ran slower)
     factored = log_w.shape[-1] > 1 and _within_span(c)
+    inv = (-c).exp() if factored else None  # e^{-c_s}: the written side of a factored pairwise term
+
+    def out(y):  # y as the pairing reads it: y ⊙ e^{-c} where factored
+        return y if inv is None or y is None else y * inv
+
+    k_out, b_out = out(k), out(b)
     steps = torch.arange(L, device=log_w.device)
     if q is not None:
-        pair_q = _pairing(q, c, c, steps[None] <= steps[:, None], factored)  # e^{c_t - c_s}, s <= t
-        o_local = pair_q(k) @ v if writes else 0  # [B, H, nc, L, d_v]
         q_in = q * c.exp()  # reads S_0
+        pair_q = _pairing(q, q_in, c, c, inv, steps[None] <= steps[:, None])  # e^{c_t - c_s}, s <= t
+        o_local = pair_q(k_out) @ v if writes else 0  # [B, H, nc, L, d_v]
     if a is not None:
-        pair_a = _pairing(a, c - log_w, c, steps[None] < steps[:, None], factored)  # e^{c_{t-1} - c_s}, s < t
-        solve = torch.eye(L, dtype=S.dtype, device=S.device) - pair_a(b)  # I - A_ab
-        a_in = a * (c - log_w).exp()  # e^{c_{t-1}} ⊙ a_t
-        rhs = torch.cat([a_in, pair_a(k) @ v], -1) if writes else a_in
+        c_before = c - log_w  # c_{t-1}
+        a_in = a * c_before.exp()  # e^{c_{t-1}} ⊙ a_t
+        pair_a = _pairing(a, a_in, c_before, c, inv, steps[None] < steps[:, None])  # e^{c_{t-1} - c_s}, s < t
+        solve = torch.eye(L, dtype=S.dtype, device=S.device) - pair_a(b_out)  # I - A_ab
+        rhs = torch.cat([a_in, pair_a(k_out) @ v], -1) if writes else a_in
         WR = torch.linalg.solve_triangular(solve, rhs, upper=False, unitriangular=True)
         W, R = WR.split([dk, dv], dim=-1) if writes else (WR, None)  # U = W S_0 + R
         if q is not None:
-            qb = pair_q(b)  # [B, H, nc, L, L]
+            qb = pair_q(b_out)  # [B, H, nc, L, L]
     to_end = (c[..., -1:, :] - c).exp()  # e^{c_L - c_s}  [B, H, nc, L, d_k or 1]
     outs, starts = [], []
     for i in range(nc):
