@@ -129,3 +129,25 @@ def test_a_rate_whose_run_diverged_is_tried_and_worse_so_it_brackets_the_best():
     assert "diverged" in [t.get_text() for t in fig.axes[0].texts]
     [apart] = bracket_table(rate_table(runs)).to_dict("records")  # 0.90 [0.88, 0.92] against .96
     assert apart["rates tried"] == "0.003: 0.86, **0.01: 0.90**, 0.03: diverged" and apart["bracketed"] == "yes"
+
+
+def test_each_cell_apart_says_which_runs_would_settle_it_and_what_a_run_costs():
+    runs = _runs([("mamba", 128, 1e-2, 0, 0.66, "direct retrieval"),  # one rate: the grid's rates on both sides
+                  ("mamba", 32, 3e-3, 0, 0.23, "direct retrieval"), ("mamba", 32, 1e-2, 0, 0.58, "direct retrieval"),
+                  ("mamba", 32, 3e-2, 0, 0.00, "not learned"),  # bracketed, differs (.77) on one seed: two more
+                  ("based", 32, 3e-3, 0, 0.60, "induction"), ("based", 32, 1e-2, 0, 0.86, "induction")])  # edge: above
+    runs["summary.cpu_time_s"] = [600.0, 300.0, 420.0, 360.0, None, None]
+    runs["summary.wall_time_s"] = [700.0, 400.0, 500.0, 450.0, 900.0, 1020.0]
+    apart = bracket_table(rate_table(runs)).set_index("cell")
+    assert apart.loc["AR mamba d=128", "next"] == "lr 0.003, lr 0.03"
+    assert apart.loc["AR mamba d=32", "next"] == "2 more seeds at lr 0.01"
+    assert apart.loc["AR based d=32", "next"] == "lr 0.03"
+    assert apart.loc["AR mamba d=128", "min a run"] == "10"  # CPU minutes where recorded
+    assert apart.loc["AR mamba d=32", "min a run"] == "6"  # the median over its rates (5, 7, 6)
+    assert apart.loc["AR based d=32", "min a run"] == "16 wall"  # none recorded CPU time: wall minutes, marked
+
+
+def test_a_best_rate_at_the_grid_s_end_says_there_is_none_beyond():
+    runs = _runs([("mamba", 64, 1e-2, 0, 0.20, "direct retrieval"), ("mamba", 64, 3e-2, 0, 0.40, "direct retrieval")])
+    [apart] = bracket_table(rate_table(runs)).to_dict("records")
+    assert apart["next"] == "none above (the grid's highest)" and apart["min a run"] == "–"

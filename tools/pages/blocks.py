@@ -85,7 +85,7 @@ from mecheval.training.run_dir import RunDir
 from pages.markup import md_code, md_text, slug
 from pages.modern import modern_rows, term_answer, term_archs
 from pages.pooled import STUDY, attribution_runs, left_out, pooled_summary, pooled_table, published_medians
-from pages.rates import bracket_table, committed_runs, coverage_summary, coverage_table, other_build, rate_figure, rate_table
+from pages.rates import SEEDS_WANTED, bracket_table, committed_runs, coverage_summary, coverage_table, other_build, rate_figure, rate_table
 
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 RESULTS = "results"
@@ -728,7 +728,9 @@ def rates_block(root: Path, page: Path) -> str:
             f"their best rate does not agree with the published value, with the part that differs (each rate's mean "
             f"accuracy, ×n: its seeds where more than one; the best rate in bold, chosen on the seeds every rate ran, "
             f"so that it can have the lower mean where it alone ran more seeds; the mechanism: our most common verdict "
-            f"at that rate, the published label in brackets):\n\n"
+            f"at that rate, the published label in brackets; next: the runs that would settle the cell, the grid's rate "
+            f"beyond a best at the edge or, where a bracketed best still differs, the seeds it lacks of "
+            f"{SEEDS_WANTED}; min a run: the median minutes of training one of its runs, CPU minutes where recorded):\n\n"
             + _markdown(apart.to_dict("records")))
 
 

@@ -40,7 +40,9 @@ HOLDOUT = "task.params.holdout_frac"
 DRAW = "task.params.grammar_draw"  # ATR's grammar: ours from its seed (`mecheval`, the default), or the published one
 BUILD = "model.build"  # the LM as we build it (`mecheval`, the default) or as the study's code does (`study`)
 RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "seeds", "acc", "acc_lo", "acc_hi", "verdict", "verdicts",
-                "published", "best", "rates", "bracketed"]
+                "published", "best", "rates", "bracketed", "cpu_min", "wall_min"]
+RATES = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the study's grid (`study.presets.PAPER_LRS` and its 1e-2, 3e-2)
+SEEDS_WANTED = 3  # a cell that still differs at its best rate: read on this many seeds there (issue 53, item 1)
 
 
 def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
@@ -77,7 +79,8 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
     diverge; NaN where every one did), `verdict` (the most common; `not read` where none was, `diverged`), `verdicts` (counts in words), `published` (the study's accuracy, NaN
     where none), `best` (the cell's rate with the highest mean accuracy on the seeds every rate ran, as
     `sweeps.table.best_lr` chooses), `rates` (how many the cell tried),
-    `bracketed` (the best rate has a tried rate below and above it; a rate whose runs diverged is tried, and worse)."""
+    `bracketed` (the best rate has a tried rate below and above it; a rate whose runs diverged is tried, and worse),
+    `cpu_min`, `wall_min` (the median minutes of training a run at that rate, `run_minutes`)."""
     rows = []
     for key, cell in runs.groupby(CELL, sort=True, dropna=False):
         task, grammar, arch, width = key
@@ -92,7 +95,8 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
                             "seeds": at["seed"].nunique(), "acc": float(at["acc"].mean()), "acc_lo": lo, "acc_hi": hi,
                             "verdict": counts.index[0],
                             "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
-                            "published": np.nan if published is None else published})
+                            "published": np.nan if published is None else published,
+                            "cpu_min": run_minutes(at, "cpu"), "wall_min": run_minutes(at, "wall")})
         [best_rate] = best_rates(cell, pd.Series("", index=cell.index), "acc")  # as `best_lr` chooses it
         best = [r["lr"] for r in by_rate].index(float(best_rate))
         for i, row in enumerate(by_rate):
@@ -101,12 +105,41 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RATE_COLUMNS).astype({"best": bool, "bracketed": bool})
 
 
+def run_minutes(runs: pd.DataFrame, clock: str) -> float:
+    """The median minutes of training a run of `runs` by summary.json's `cpu_time_s` (`clock` "cpu": the training
+    process's own CPU time, recorded since 2026-12-03) or `wall_time_s` ("wall": one thread's, beside whatever
+    else shared the cores); NaN where no run recorded it (a diverged run records neither)."""
+    column = f"summary.{clock}_time_s"
+    seconds = pd.to_numeric(runs[column], errors="coerce") if column in runs else pd.Series(dtype=float)
+    return float(seconds[seconds > 0].median() / 60)
+
+
+def next_runs(cell: pd.DataFrame, accuracy: str) -> str:
+    """What would settle a cell of `rate_table` (its rows, one per rate), by issue 53's rule: where its best rate is
+    at the edge of what was tried, the grid's rate beyond that edge (`RATES`), on each open side; where it is
+    bracketed and the accuracy still differs, the seeds it lacks at the best rate; "–" where neither."""
+    best = cell[cell["best"]].iloc[0]
+    if not best["bracketed"]:
+        tried, beyond = sorted(cell["lr"]), []
+        if best["lr"] == tried[0]:
+            below = [r for r in RATES if r < tried[0] * 0.99]
+            beyond.append(f"lr {below[-1]:g}" if below else "none below (the grid's lowest)")
+        if best["lr"] == tried[-1]:
+            above = [r for r in RATES if r > tried[-1] * 1.01]
+            beyond.append(f"lr {above[0]:g}" if above else "none above (the grid's highest)")
+        return ", ".join(beyond)
+    if accuracy == DIFFER and best["seeds"] < SEEDS_WANTED:
+        return f"{SEEDS_WANTED - best['seeds']} more seeds at lr {best['lr']:g}"
+    return "–"
+
+
 def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
     """The cells of `rate_table` whose best-rate accuracy does not agree with the published one by the strict
     rule (`decide.compare_accuracy`: differ or inconclusive), one row each: `cell`, `published`, `rates tried`
     (each rate's mean accuracy, ×n: its seeds where more than one; the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
     most common verdict at the best rate against the published label, `decide.compare_labels`; blank where the
-    study labels none or ours did not learn) and `differs in` (the parts that differ: accuracy, mechanism)."""
+    study labels none or ours did not learn), `differs in` (the parts that differ: accuracy, mechanism), `next`
+    (the runs that would settle it, `next_runs`) and `min a run` (`_minutes`: what the next run costs)."""
     rows = []
     for (task, grammar, arch, width), cell in rates.groupby(["task", "grammar", "arch", "width"], sort=True):
         best = cell[cell["best"]].iloc[0]
@@ -122,9 +155,17 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
                      "bracketed": "yes" if best["bracketed"] else "no", "accuracy": accuracy,
                      "mechanism": f"{best['verdict']} ({theirs}): {mechanism}" if mechanism else "",
                      "differs in": ", ".join(part for part, outcome in (("accuracy", accuracy), ("mechanism", mechanism))
-                                             if outcome == DIFFER) or "–"})
+                                             if outcome == DIFFER) or "–",
+                     "next": next_runs(cell, accuracy), "min a run": _minutes(cell)})
     return pd.DataFrame(rows, columns=["cell", "published", "rates tried", "bracketed", "accuracy", "mechanism",
-                                       "differs in"])
+                                       "differs in", "next", "min a run"])
+
+
+def _minutes(cell: pd.DataFrame) -> str:
+    """A cell's minutes of training a run (the median over its rates): CPU minutes where recorded, else wall
+    minutes, marked so."""
+    cpu, wall = cell["cpu_min"].median(), cell["wall_min"].median()
+    return f"{cpu:.0f}" if cpu == cpu else f"{wall:.0f} wall" if wall == wall else "–"
 
 
 def _acc(rate: pd.Series) -> str:
@@ -188,9 +229,6 @@ def coverage_summary(coverage: pd.DataFrame) -> pd.DataFrame:
                      "≥ 3 seeds": int((ran["seeds"] >= 3).sum()),
                      **{c: int((ran["comparison"] == c).sum()) for c in ("agree", "differ", "inconclusive")}})
     return pd.DataFrame(rows)
-
-
-RATES = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the study's grid (`study.presets.PAPER_LRS` and its 1e-2, 3e-2)
 
 
 def _fill(verdict: str) -> dict:
