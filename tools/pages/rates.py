@@ -139,7 +139,7 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
     (each rate's mean accuracy, ×n: its seeds where more than one; the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
     most common verdict at the best rate against the published label, `decide.compare_labels`; blank where the
     study labels none or ours did not learn), `differs in` (the parts that differ: accuracy, mechanism), `next`
-    (the runs that would settle it, `next_runs`) and `min a run` (`_minutes`: what the next run costs)."""
+    (the runs that would settle it, `next_runs`) and `min a run` (`_cell_minutes`: what the next run costs)."""
     rows = []
     for (task, grammar, arch, width), cell in rates.groupby(["task", "grammar", "arch", "width"], sort=True):
         best = cell[cell["best"]].iloc[0]
@@ -156,12 +156,12 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
                      "mechanism": f"{best['verdict']} ({theirs}): {mechanism}" if mechanism else "",
                      "differs in": ", ".join(part for part, outcome in (("accuracy", accuracy), ("mechanism", mechanism))
                                              if outcome == DIFFER) or "–",
-                     "next": next_runs(cell, accuracy), "min a run": _minutes(cell)})
+                     "next": next_runs(cell, accuracy), "min a run": _cell_minutes(cell)})
     return pd.DataFrame(rows, columns=["cell", "published", "rates tried", "bracketed", "accuracy", "mechanism",
                                        "differs in", "next", "min a run"])
 
 
-def _minutes(cell: pd.DataFrame) -> str:
+def _cell_minutes(cell: pd.DataFrame) -> str:
     """A cell's minutes of training a run (the median over its rates): CPU minutes where recorded, else wall
     minutes, marked so."""
     cpu, wall = cell["cpu_min"].median(), cell["wall_min"].median()
