@@ -151,3 +151,11 @@ def test_a_best_rate_at_the_grid_s_end_says_there_is_none_beyond():
     runs = _runs([("mamba", 64, 1e-2, 0, 0.20, "direct retrieval"), ("mamba", 64, 3e-2, 0, 0.40, "direct retrieval")])
     [apart] = bracket_table(rate_table(runs)).to_dict("records")
     assert apart["next"] == "none above (the grid's highest)" and apart["min a run"] == "–"
+
+
+def test_each_cell_apart_names_the_studies_that_made_its_runs_by_rate():
+    runs = _runs([("mamba", 128, 1e-2, 0, 0.66, "direct retrieval"), ("mamba", 128, 3e-3, 0, 0.60, "direct retrieval"),
+                  ("mamba", 128, 1e-2, 1, 0.64, "direct retrieval")])
+    runs["study"] = ["d128/first", "d128/lr3e-3", "d128/seeds"]
+    [apart] = bracket_table(rate_table(runs), link=lambda study: f"<{study}>").to_dict("records")
+    assert apart["studies"] == "<d128/lr3e-3>, <d128/first>, <d128/seeds>"  # by rate, each study once, as linked

@@ -705,13 +705,14 @@ def cost_rows(root: Path, args: dict[str, str], page: Path) -> list[dict]:
 
 @functools.lru_cache(maxsize=None)
 def rates_data(root: Path) -> pd.DataFrame:
-    """`rates.rate_table` of every published-scale study's runs (results/paper-d*/, but EXPLORATIONS)."""
+    """`rates.rate_table` of every published-scale study's runs (results/paper-d*/, but EXPLORATIONS), each run's
+    `study` its study's path relative to `root`."""
     chosen = [s for s in studies(root) if s.parent.name.startswith("paper-d")
               and f"{s.parent.name}/{s.name}" not in EXPLORATIONS]
-    return rate_table(committed_runs([_table(str(root / s)) for s in chosen]))
+    return rate_table(committed_runs([_table(str(root / s)).assign(study=s) for s in chosen]))
 
 
-def rates_block(root: Path, page: Path) -> str:
+def rates_block(root: Path, page: Path, index: dict[Path, Path]) -> str:
     """The rates figure, how many cells tried how many rates and have their best bracketed, and the cells that
     do not agree with the study (`rates.bracket_table`), each with the part that differs."""
     table = rates_data(Path(root))
@@ -719,7 +720,7 @@ def rates_block(root: Path, page: Path) -> str:
         raise PageError(f"{page}: the rates block finds no published-scale runs (results/paper-d*/)")
     cells = table[table["best"]]
     rel = os.path.relpath(RATES_PNG, page.parent).replace(os.sep, "/")
-    apart = bracket_table(table)
+    apart = bracket_table(table, link=lambda study: _link(root, page, study, index))
     return (f"![Accuracy and verdict of every published-scale cell at every learning rate tried]({rel})\n\n"
             f"{len(cells)} cells (task, grammar, architecture, width) at the published scale: "
             f"{int((cells['rates'] >= 3).sum())} tried 3 or more learning rates; the best rate is bracketed by a worse "
@@ -730,7 +731,9 @@ def rates_block(root: Path, page: Path) -> str:
             f"so that it can have the lower mean where it alone ran more seeds; the mechanism: our most common verdict "
             f"at that rate, the published label in brackets; next: the runs that would settle the cell, the grid's rate "
             f"beyond a best at the edge or, where a bracketed best still differs, the seeds it lacks of "
-            f"{SEEDS_WANTED}; min a run: the median minutes of training one of its runs, CPU minutes where recorded):\n\n"
+            f"{SEEDS_WANTED}; min a run: the median minutes of training one of its runs, CPU minutes where recorded; "
+            f"studies: the studies whose runs these are, each linked to its section, which gives the command that made "
+            f"it and resumes it):\n\n"
             + _markdown(apart.to_dict("records")))
 
 
@@ -948,7 +951,7 @@ BLOCKS: dict[str, Callable[[Path, dict[str, str], Path, dict[Path, Path]], str]]
     "pooled": lambda root, args, page, index: pooled_block(root, args, page),
     "costs": lambda root, args, page, index: _markdown(cost_rows(root, args, page)),
     "rounding": lambda root, args, page, index: _markdown(rounding_rows(root, args, page)),
-    "rates": lambda root, args, page, index: rates_block(root, page),
+    "rates": lambda root, args, page, index: rates_block(root, page, index),
     "coverage": lambda root, args, page, index: coverage_block(root),
     "prompts": lambda root, args, page, index: _markdown(prompt_rows(root)),
     "pointers": lambda root, args, page, index: _markdown(pointer_rows(root)),

@@ -40,7 +40,7 @@ HOLDOUT = "task.params.holdout_frac"
 DRAW = "task.params.grammar_draw"  # ATR's grammar: ours from its seed (`mecheval`, the default), or the published one
 BUILD = "model.build"  # the LM as we build it (`mecheval`, the default) or as the study's code does (`study`)
 RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "seeds", "acc", "acc_lo", "acc_hi", "verdict", "verdicts",
-                "published", "best", "rates", "bracketed", "cpu_min", "wall_min"]
+                "published", "best", "rates", "bracketed", "cpu_min", "wall_min", "studies"]
 RATES = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the study's grid (`study.presets.PAPER_LRS` and its 1e-2, 3e-2)
 SEEDS_WANTED = 3  # a cell that still differs at its best rate: read on this many seeds there (issue 53, item 1)
 
@@ -80,7 +80,8 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
     where none), `best` (the cell's rate with the highest mean accuracy on the seeds every rate ran, as
     `sweeps.table.best_lr` chooses), `rates` (how many the cell tried),
     `bracketed` (the best rate has a tried rate below and above it; a rate whose runs diverged is tried, and worse),
-    `cpu_min`, `wall_min` (the median minutes of training a run at that rate, `run_minutes`)."""
+    `cpu_min`, `wall_min` (the median minutes of training a run at that rate, `run_minutes`), `studies` (the sorted
+    studies its runs are of, where `runs` has a `study` column: `rates_data` sets it; else empty)."""
     rows = []
     for key, cell in runs.groupby(CELL, sort=True, dropna=False):
         task, grammar, arch, width = key
@@ -96,7 +97,8 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
                             "verdict": counts.index[0],
                             "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
                             "published": np.nan if published is None else published,
-                            "cpu_min": run_minutes(at, "cpu"), "wall_min": run_minutes(at, "wall")})
+                            "cpu_min": run_minutes(at, "cpu"), "wall_min": run_minutes(at, "wall"),
+                            "studies": tuple(sorted(at["study"].unique())) if "study" in at else ()})
         [best_rate] = best_rates(cell, pd.Series("", index=cell.index), "acc")  # as `best_lr` chooses it
         best = [r["lr"] for r in by_rate].index(float(best_rate))
         for i, row in enumerate(by_rate):
@@ -133,13 +135,15 @@ def next_runs(cell: pd.DataFrame, accuracy: str) -> str:
     return "–"
 
 
-def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
+def bracket_table(rates: pd.DataFrame, link=str) -> pd.DataFrame:
     """The cells of `rate_table` whose best-rate accuracy does not agree with the published one by the strict
     rule (`decide.compare_accuracy`: differ or inconclusive), one row each: `cell`, `published`, `rates tried`
     (each rate's mean accuracy, ×n: its seeds where more than one; the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
     most common verdict at the best rate against the published label, `decide.compare_labels`; blank where the
     study labels none or ours did not learn), `differs in` (the parts that differ: accuracy, mechanism), `next`
-    (the runs that would settle it, `next_runs`) and `min a run` (`_cell_minutes`: what the next run costs)."""
+    (the runs that would settle it, `next_runs`), `min a run` (`_cell_minutes`: what the next run costs) and
+    `studies` (the studies whose runs these are, by the rate, each as `link` writes it: the page links it to its
+    section, which has the command that made it and resumes it)."""
     rows = []
     for (task, grammar, arch, width), cell in rates.groupby(["task", "grammar", "arch", "width"], sort=True):
         best = cell[cell["best"]].iloc[0]
@@ -156,9 +160,10 @@ def bracket_table(rates: pd.DataFrame) -> pd.DataFrame:
                      "mechanism": f"{best['verdict']} ({theirs}): {mechanism}" if mechanism else "",
                      "differs in": ", ".join(part for part, outcome in (("accuracy", accuracy), ("mechanism", mechanism))
                                              if outcome == DIFFER) or "–",
-                     "next": next_runs(cell, accuracy), "min a run": _cell_minutes(cell)})
+                     "next": next_runs(cell, accuracy), "min a run": _cell_minutes(cell),
+                     "studies": ", ".join(map(link, dict.fromkeys(s for r in cell.sort_values("lr")["studies"] for s in r)))})
     return pd.DataFrame(rows, columns=["cell", "published", "rates tried", "bracketed", "accuracy", "mechanism",
-                                       "differs in", "next", "min a run"])
+                                       "differs in", "next", "min a run", "studies"])
 
 
 def _cell_minutes(cell: pd.DataFrame) -> str:
