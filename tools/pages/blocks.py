@@ -984,7 +984,8 @@ def generate(root: Path) -> dict[Path, str]:
     out[FIGURE_DATA] = figure_data(_figure_tables(root)).to_csv(index=False, float_format="%.4f")
     rates = rates_data(root)
     if len(rates):
-        out[RATES_DATA] = rates.to_csv(index=False, float_format="%.4f")
+        studies_in_words = rates["studies"].map(lambda paths: " ".join(map(str, paths)))  # a CSV cell: space-separated
+        out[RATES_DATA] = rates.assign(studies=studies_in_words).to_csv(index=False, float_format="%.4f")
     for study in studies(root):
         table = widths_data(root, study)
         if table is not None:
