@@ -15,6 +15,9 @@ runs: it is not counted among them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -135,7 +138,7 @@ def next_runs(cell: pd.DataFrame, accuracy: str) -> str:
     return "–"
 
 
-def bracket_table(rates: pd.DataFrame, link=str) -> pd.DataFrame:
+def bracket_table(rates: pd.DataFrame, link: Callable[[Path], str] = str) -> pd.DataFrame:
     """The cells of `rate_table` whose best-rate accuracy does not agree with the published one by the strict
     rule (`decide.compare_accuracy`: differ or inconclusive), one row each: `cell`, `published`, `rates tried`
     (each rate's mean accuracy, ×n: its seeds where more than one; the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
