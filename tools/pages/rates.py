@@ -155,8 +155,10 @@ def bracket_table(rates: pd.DataFrame, link: Callable[[Path], str] = str) -> pd.
             continue
         theirs = published_verdict(task, arch)
         mechanism = compare_labels(best["verdict"], theirs)
+        by_rate = cell.sort_values("lr")
         tried = ", ".join(f"**{r['lr']:g}: {_acc_seeds(r)}**" if r["best"] else f"{r['lr']:g}: {_acc_seeds(r)}"
-                          for _, r in cell.sort_values("lr").iterrows())
+                          for _, r in by_rate.iterrows())
+        studies = dict.fromkeys(s for paths in by_rate["studies"] for s in paths)  # by rate, each once
         rows.append({"cell": f"{task.upper()}{' ' + grammar if grammar else ''} {arch} d={width}",
                      "published": f"{best['published']:.2f}", "rates tried": tried,
                      "bracketed": "yes" if best["bracketed"] else "no", "accuracy": accuracy,
@@ -164,7 +166,7 @@ def bracket_table(rates: pd.DataFrame, link: Callable[[Path], str] = str) -> pd.
                      "differs in": ", ".join(part for part, outcome in (("accuracy", accuracy), ("mechanism", mechanism))
                                              if outcome == DIFFER) or "–",
                      "next": next_runs(cell, accuracy), "min a run": _cell_minutes(cell),
-                     "studies": ", ".join(map(link, dict.fromkeys(s for r in cell.sort_values("lr")["studies"] for s in r)))})
+                     "studies": ", ".join(map(link, studies))})
     return pd.DataFrame(rows, columns=["cell", "published", "rates tried", "bracketed", "accuracy", "mechanism",
                                        "differs in", "next", "min a run", "studies"])
 
