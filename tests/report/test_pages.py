@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from pages.__main__ import main
-from pages.blocks import FIGURE_DATA, PageError, generate, stale_pages
+from pages.base import PageError
+from pages.blocks import generate, stale_pages
+from pages.published_blocks import FIGURE_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "results/cpu/quick"
@@ -99,7 +101,7 @@ def test_a_study_names_the_command_that_made_it_and_the_runs_it_did_not(tmp_path
 
     import yaml
 
-    from pages.blocks import _made_by
+    from pages.study_blocks import made_by
     from mecheval.study import STUDIES
     from mecheval.study.command import study_command
     from mecheval.sweeps.spec import SweepConfig, run_overrides
@@ -110,9 +112,9 @@ def test_a_study_names_the_command_that_made_it_and_the_runs_it_did_not(tmp_path
     (name, _), = run_overrides(SweepConfig.model_validate(spec))
     (tmp_path / "runs" / name).mkdir(parents=True)
     command = study_command(tmp_path, out="results/x")
-    assert _made_by(tmp_path, command) == f"Made by `{command}`."
+    assert made_by(tmp_path, command) == f"Made by `{command}`."
     (tmp_path / "runs" / "by-hand").mkdir()  # a run an earlier call made
-    assert _made_by(tmp_path, command).startswith(f"`{command}` makes 1 of its 2 runs; earlier calls made the others")
+    assert made_by(tmp_path, command).startswith(f"`{command}` makes 1 of its 2 runs; earlier calls made the others")
 
 
 def test_the_findings_table_is_one_row_per_finding_with_accuracy_and_mechanism_apart(tmp_path):
@@ -165,25 +167,25 @@ def test_the_design_block_reads_each_trial_sweep_names_what_differs_from_the_mai
 
 def test_a_block_selects_several_studies_by_their_directories(tmp_path):
     """`study=A,B` chooses exactly those studies (training sweeps without a preset among them); none: one clear line."""
-    from pages.blocks import _chosen
+    from pages.base import chosen_studies
 
     root = _tree(tmp_path, f"studies study={STUDY}")
     (root / "results" / "cpu" / "other" / "runs").mkdir(parents=True)
     (root / "results" / "cpu" / "third" / "runs").mkdir(parents=True)
     page = Path("docs/page.md")
-    assert _chosen(root, "modern", {"study": f"{STUDY},results/cpu/other"}, page) == [Path("results/cpu/other"), Path(STUDY)]
+    assert chosen_studies(root, "modern", {"study": f"{STUDY},results/cpu/other"}, page) == [Path("results/cpu/other"), Path(STUDY)]
     with pytest.raises(PageError, match="no study under results/ matches"):
-        _chosen(root, "modern", {"study": "results/cpu/absent"}, page)
+        chosen_studies(root, "modern", {"study": "results/cpu/absent"}, page)
 
 
 @pytest.mark.parametrize("field, ours, other", [("draw", "mecheval", "published,published-sets"), ("build", "default", "study")])
 def test_a_block_chooses_studies_by_their_design(tmp_path, field, ours, other):
     """`draw=`: a study without the field trained on our draw (`mecheval`); `build=`: a study of our build (attention,
     cpu scale) is `default`: asking for the other design leaves it out."""
-    from pages.blocks import _chosen
+    from pages.base import chosen_studies
 
     root = _tree(tmp_path, f"studies study={STUDY}")
     page = Path("docs/page.md")
-    assert _chosen(root, "pooled", {"task": "ar", field: ours}, page) == [Path(STUDY)]
+    assert chosen_studies(root, "pooled", {"task": "ar", field: ours}, page) == [Path(STUDY)]
     with pytest.raises(PageError, match="no study under results/ matches"):
-        _chosen(root, "pooled", {"task": "ar", field: other}, page)
+        chosen_studies(root, "pooled", {"task": "ar", field: other}, page)

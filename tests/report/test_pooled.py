@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pages.blocks import PageError, generate
+from pages.base import PageError
+from pages.blocks import generate
 from pages.pooled import attribution_runs, left_out, pooled_summary, pooled_table, published_medians
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -184,7 +184,7 @@ def test_report_shows_accuracy_against_width(two_widths):
 
 @pytest.mark.skipif(not QUICK.exists(), reason="the committed quick study is not in this checkout")
 def test_pages_show_accuracy_against_width(tmp_path, two_widths):
-    from pages import blocks
+    from pages import base, blocks, published_blocks, study_blocks
 
     root = tmp_path / "repo"
     (root / "results" / "cpu" / "widths").mkdir(parents=True)
@@ -193,9 +193,9 @@ def test_pages_show_accuracy_against_width(tmp_path, two_widths):
     (root / "docs").mkdir()
     page = root / "docs" / "page.md"
     page.write_text("# A page\n\n<!-- generated: widths task=ar -->\n<!-- end generated -->\n")
-    blocks._table.cache_clear()
+    base.runs_table.cache_clear()
     changed = blocks.write_pages(root)
-    data, png = blocks.width_files(Path("results/cpu/widths"))
+    data, png = study_blocks.width_files(Path("results/cpu/widths"))
     assert data == Path("docs/figures/widths/cpu-widths.csv") and {data, png, Path("docs/page.md")} <= set(changed)
     assert (root / png).stat().st_size > 1000
     text = page.read_text()
@@ -204,13 +204,13 @@ def test_pages_show_accuracy_against_width(tmp_path, two_widths):
     assert blocks.stale_pages(root) == []
     table = pd.read_csv(root / data)
     assert math.isclose(table.set_index(["arch", "width"]).at[("attention", 32), "acc"], 0.5)
-    glance = pd.read_csv(root / blocks.FIGURE_DATA)  # the study figure: one line per architecture and width
+    glance = pd.read_csv(root / published_blocks.FIGURE_DATA)  # the study figure: one line per architecture and width
     assert {"mamba (d = 32)", "mamba (d = 64)"} <= set(glance["arch"])
 
 
 @pytest.mark.skipif(not QUICK.exists(), reason="the committed quick study is not in this checkout")
 def test_a_widths_block_without_such_a_study_says_so(tmp_path):
-    from pages import blocks
+    from pages import blocks, study_blocks
 
     (tmp_path / "results" / "cpu").mkdir(parents=True)
     (tmp_path / "results" / "cpu" / "quick").symlink_to(QUICK)
@@ -218,4 +218,4 @@ def test_a_widths_block_without_such_a_study_says_so(tmp_path):
     (tmp_path / "docs" / "page.md").write_text("<!-- generated: widths task=ar -->\n<!-- end generated -->\n")
     out = blocks.generate(tmp_path)
     assert "(no study here spans several widths yet)" in out[Path("docs/page.md")]
-    assert not any(blocks.WIDTH_DIR in p.parents for p in out)  # no width figure for one width
+    assert not any(study_blocks.WIDTH_DIR in p.parents for p in out)  # no width figure for one width

@@ -8,7 +8,7 @@ import pytest
 import mecheval.study.run as study_run
 from mecheval.store import studies
 from mecheval.study import run_study
-from pages.blocks import studies as page_studies
+from pages.base import studies as page_studies
 from tests.study.conftest import TINY
 
 

@@ -21,7 +21,7 @@ from mecheval.interventions.verdict import NOT_LEARNED
 from mecheval.report.results import study_table
 from mecheval.training.checkpoint import read_tensors, weights_digest
 from mecheval.training.run_dir import MODEL, RunDir
-from pages.blocks import rates_data
+from pages.overview_blocks import rates_data
 from pages.rates import CELL, committed_runs
 
 PUBLISHED_SCALE = "paper-d"  # results/paper-d64/...: a published-scale study, pooled with its scale's others
