@@ -9,16 +9,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from mecheval.study import STUDIES
 from mecheval.tasks import make_task
-from mecheval.tasks.atr.published import N_TEST, N_TRAIN, published_documents, published_grammar
+from mecheval.tasks.atr.published import N_TEST, N_TRAIN, published_documents, published_grammar, published_heldout
 from mecheval.training import ConfigError, train, validate_config
 from mecheval.training.data import TrainStream
 from mecheval.training.run_dir import RunDir
 
 GRAMMAR_FIELDS = ("depth_cap", "n_rules", "rule_cdf", "rhs_len", "rhs_sym", "rhs_is_t", "head_cdf", "head_flat")
 ROOT = Path(__file__).resolve().parents[2]
+# the generalisation language as the original generator wrote it (tinylang's PCFG, seed 42, pcfg_train_test_split):
+# its first held-out (target, query) cells, flat, and each set's digest (`_digest`), named by our splits
+FIRST_HELDOUT = [4, 5, 6, 10, 14]
+SPLIT_DIGESTS = {"train": "5f9ad760c5975d87", "test": "9a506ad7501a53bb", "heldout": "433c3710c45868b2"}
 TINY = {"model": {"preset": "attention", "d_model": 8, "n_layers": 1}, "steps": 3, "batch_size": 4,
         "eval": {"size": 8, "every": 3}, "device": "cpu"}
 
@@ -61,6 +66,39 @@ def test_the_whole_published_sets_match_their_frozen_digests():
     assert (test.length + 5).max() == 105 and (test.parent[test.starts + key] - key).mean() == pytest.approx(2.56, abs=0.01)
 
 
+def test_the_generalisation_language_s_held_out_pairs_and_sets_match_the_original_generator_s():
+    """The published generalisation language (`pcfg_train_test_split/pcfg.yaml`): its held-out pairs are drawn before
+    its grammar, so that grammar is not easy's; its sets are the training set, a dev set and a held-out test set. The
+    digests were computed from the original generator's output (tinylang's `PCFG`, run unmodified with seed 42)."""
+    heldout = published_heldout(0.2)
+    assert heldout.shape == (20, 20) and heldout.sum() == 90 and np.flatnonzero(heldout)[:5].tolist() == FIRST_HELDOUT
+    assert published_grammar(0.2).depth_cap.tolist()[:5] != published_grammar().depth_cap.tolist()[:5]
+    sets = published_documents(N_TRAIN, N_TEST, 0.2)
+    assert {s: _digest(*sets[s]) for s in sets} == SPLIT_DIGESTS
+    forest, key = sets["heldout"]  # queries only held-out pairs, the training and dev sets none
+    assert heldout[forest.label[forest.starts + forest.parent[forest.starts + key]], forest.label[forest.starts + key]].all()
+    for s in ("train", "test"):
+        forest, key = sets[s]
+        assert not heldout[forest.label[forest.starts + forest.parent[forest.starts + key]], forest.label[forest.starts + key]].any()
+
+
+def test_grammar_draw_published_split_holds_out_the_published_pairs_and_reads_the_published_held_out_set():
+    task = make_task("atr", grammar_draw="published-split", holdout_frac=0.2)
+    assert task.grammar is published_grammar(0.2) and task.training_set_size is None
+    heldout = published_heldout(0.2)
+    for split, share in (("train", 0.0), ("test", 0.0), ("heldout", 1.0)):
+        batch = task.sample(128, seed=0, split=split)
+        query = batch.tokens[torch.arange(128), batch.roles["query"]].numpy()
+        assert heldout[batch.answer.numpy() - 3, query - 3].mean() == share
+        assert task.is_heldout(query, batch.answer.numpy()).mean() == share
+    sets = make_task("atr", grammar_draw="published-split-sets", holdout_frac=0.2)
+    assert sets.training_set_size == N_TRAIN
+    assert sets.training_set(3).tokens.equal(task._batch(*published_documents(3, 0, 0.2)["train"]).tokens)
+    assert task.published_test_set(4, "heldout").tokens.equal(task._batch(*published_documents(N_TRAIN, 4, 0.2)["heldout"]).tokens)
+    with pytest.raises(ValueError, match="the published held-out set is the generalisation language's"):
+        make_task("atr", grammar_draw="published", holdout_frac=0.2).published_test_set(4, "heldout")
+
+
 def test_grammar_draw_published_samples_the_published_grammar_with_our_sampler():
     task = make_task("atr", grammar_draw="published")
     assert task.grammar is published_grammar() and task.training_set_size is None
@@ -75,7 +113,9 @@ def test_grammar_draw_published_samples_the_published_grammar_with_our_sampler()
     ({"grammar": "medium", "grammar_draw": "published"}, "needs grammar 'easy', not 'medium'"),
     ({"grammar_draw": "published", "grammar_seed": 3}, "grammar_seed applies to grammar_draw 'mecheval'"),
     ({"grammar_draw": "published-sets", "holdout_frac": 0.2}, "holds no pairs out"),
-    ({"grammar_draw": "ours"}, "'mecheval', 'published' or 'published-sets'"),
+    ({"grammar_draw": "published-split"}, "needs holdout_frac"),
+    ({"grammar_draw": "published-split-sets", "grammar": "large_vocab", "holdout_frac": 0.2}, "needs grammar 'easy'"),
+    ({"grammar_draw": "ours"}, "'mecheval', 'published', 'published-sets', 'published-split' or 'published-split-sets'"),
 ])
 def test_grammar_draw_is_validated(params, match):
     with pytest.raises(ValueError, match=match):

@@ -135,7 +135,8 @@ class Study:
         in a new order each epoch ("shuffle") or in one order ("replay", the study's; the paper default);
         grammars replace an ATR study's grammars (e.g. ["easy"] for the paper scale's zoo on ATR easy); grammar_draw
         trains an ATR easy study on the published grammar itself ("published", documents drawn by our sampler) or,
-        at the paper scale, on the published training set ("published-sets"; `ATRParams.grammar_draw`); trackers
+        at the paper scale, on the published training set ("published-sets"; the generalisation language's:
+        "published-split", "published-split-sets"; `ATRParams.grammar_draw`); trackers
         name the experiment trackers every run logs to (`TrainConfig.loggers`: "tensorboard", "wandb"); build sets
         every architecture's `model.build` ("study": the LM as the study's code builds it, for Mamba and attention;
         None: PAPER_BUILD at the paper scale, our build at the cpu scale)."""
@@ -191,13 +192,13 @@ class Study:
         """`task` (an ATR task) with `grammar_draw` set, checked against every grammar the sweep trains."""
         from pydantic import ValidationError
 
-        from mecheval.tasks.atr.task import ATRParams
+        from mecheval.tasks.atr.task import SET_DRAWS, ATRParams
 
         if task["name"] != "atr":
             raise ValueError(f"grammar_draw applies to ATR studies; {self.name!r} trains on {task['name']}")
-        if draw == "published-sets" and not paper:
-            raise ValueError("grammar_draw 'published-sets' is the paper scale's fixed training set (the cpu scale "
-                             "draws fresh data); use 'published'")
+        if draw in SET_DRAWS and not paper:
+            raise ValueError(f"grammar_draw {draw!r} is the paper scale's fixed training set (the cpu scale "
+                             f"draws fresh data); use {draw.removesuffix('-sets')!r}")
         params = {**task.get("params", {}), "grammar_draw": draw}
         for grammar in grammars or [params.get("grammar", "easy")]:
             try:

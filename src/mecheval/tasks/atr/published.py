@@ -9,10 +9,17 @@ re-implementation of that draw order (reference only, no code copied): it replay
 themselves (checked against the original on the first 2,000 documents: docs/findings/atr.md, "The ATR-easy
 offset").
 
-- `published_grammar()`: the grammar as our `Grammar` arrays, which our sampler (`pcfg.derive`) draws from
-  (`ATRParams.grammar_draw="published"`).
-- `published_documents(n_train, n_test)`: the published sets as a `Forest` and the key position of each
-  document (`grammar_draw="published-sets"` trains on the training set).
+The generalisation language (`languages/pcfg_train_test_split/pcfg.yaml`: the easy config with
+`train_test_split: 0.2`) draws its held-out pairs first, a [20, 20] uniform matrix below 0.2 over (target,
+query) terminal labels, and then the grammar, which is therefore another grammar than easy's; then 100,032
+training documents and 1,024 dev documents that query no held-out pair, and 1,024 test documents that query
+only held-out pairs (the published held-out accuracy is read on those). `holdout_frac` selects it.
+
+- `published_grammar(holdout_frac)`: the grammar as our `Grammar` arrays, which our sampler (`pcfg.derive`)
+  draws from (`ATRParams.grammar_draw="published"`, or `"published-split"` for the generalisation language).
+- `published_heldout(holdout_frac)`: the generalisation language's held-out pairs, [target, query] labels.
+- `published_documents(n_train, n_test, holdout_frac)`: the published sets as a `Forest` and the key position
+  of each document (`grammar_draw="published-sets"` / `"published-split-sets"` trains on the training set).
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ class PublishedEasy:
     then returns are the published training set followed by the published test set.
     """
 
-    def __init__(self, rng: np.random.RandomState):
+    def __init__(self, rng: np.random.RandomState, holdout_frac: float = 0.0):
         self.rng = rng
         n_nt, n_t = SPEC.n_nonterminals, SPEC.n_terminals
+        # [target label, query label] held out of training's queries; drawn before the grammar, where there is a split
+        self.heldout = rng.rand(n_t, n_t) < holdout_frac if holdout_frac > 0 else np.zeros((n_t, n_t), dtype=bool)
         caps = [rng.randint(1, SPEC.max_depth + 1) for _ in range(n_nt)]
         self.depth_cap = np.array(caps)
         # a right-hand side is a list of (is_terminal, symbol)
@@ -90,16 +99,19 @@ class PublishedEasy:
         return ([label for label, _, _, _ in out], [-1 if h is None else pos_of[h] for _, _, h, _ in out],
                 [d for _, _, _, d in out])
 
-    def sample(self) -> tuple[list[int], list[int], list[int], int]:
+    def sample(self, held_out: bool = False) -> tuple[list[int], list[int], list[int], int]:
         """One document as published: (labels, parents, depths, key position). Derivations shorter than 3
-        terminals or without a queryable terminal (a rightmost occurrence with a head) are redrawn."""
+        terminals or without a queryable terminal (a rightmost occurrence with a head, whose (head, terminal) pair
+        is held out if `held_out`, else not; with no pair held out, any) are redrawn."""
         rng = self.rng
+        split = self.heldout.any()
         while True:
             labels, parent, depth = self.derive()
             if len(labels) < MIN_TERMINALS:
                 continue
             rightmost = {label: i for i, label in enumerate(labels)}
-            pairs = sorted((parent[q], q) for q in range(len(labels)) if parent[q] >= 0 and rightmost[labels[q]] == q)
+            pairs = sorted((parent[q], q) for q in range(len(labels)) if parent[q] >= 0 and rightmost[labels[q]] == q
+                           and (not split or self.heldout[labels[parent[q]], labels[q]] == held_out))
             if pairs:
                 break
         rng.choice([0])  # the query type (one type: parent)
@@ -128,23 +140,44 @@ class PublishedEasy:
         return Grammar(SPEC, self.depth_cap, n_rules, rule_cdf, rhs_len, rhs_sym, rhs_is_t, head_cdf, head_flat)
 
 
+def published_grammar(holdout_frac: float = 0.0) -> Grammar:
+    """The published easy grammar (RandomState(42)'s first draws); with `holdout_frac` > 0 the generalisation
+    language's (drawn after its held-out pairs). One object per grammar."""
+    return _grammar(float(holdout_frac))
+
+
 @functools.cache
-def published_grammar() -> Grammar:
-    """The published easy grammar (RandomState(42)'s first draws)."""
-    return PublishedEasy(np.random.RandomState(SEED)).as_grammar()
+def _grammar(holdout_frac: float) -> Grammar:
+    return PublishedEasy(np.random.RandomState(SEED), holdout_frac).as_grammar()
 
 
-@functools.lru_cache(maxsize=2)
-def published_documents(n_train: int = N_TRAIN, n_test: int = N_TEST) -> dict[str, tuple[Forest, np.ndarray]]:
+@functools.cache
+def published_heldout(holdout_frac: float) -> np.ndarray:
+    """[n_terminals, n_terminals] bool: the generalisation language's held-out (target, query) label pairs."""
+    return PublishedEasy(np.random.RandomState(SEED), holdout_frac).heldout
+
+
+def published_documents(n_train: int = N_TRAIN, n_test: int = N_TEST,
+                        holdout_frac: float = 0.0) -> dict[str, tuple[Forest, np.ndarray]]:
     """split -> (the first `n_train` / `n_test` documents of the published training / test set, [n] each
-    document's key position). The test set is drawn after all N_TRAIN training documents (about 10 s for both)."""
+    document's key position). The test set is drawn after all N_TRAIN training documents (about 10 s for both).
+    With `holdout_frac` > 0, the generalisation language's sets, named as our splits are: `train`, `test` (its dev
+    set, drawn next: no held-out pair queried) and `heldout` (its test set, drawn last: only held-out pairs)."""
     if not (0 <= n_train <= N_TRAIN and 0 <= n_test <= N_TEST):
         raise ValueError(f"the published sets hold {N_TRAIN} training and {N_TEST} test documents; asked for "
                          f"{n_train} and {n_test}")
-    g = PublishedEasy(np.random.RandomState(SEED))
+    return _documents(int(n_train), int(n_test), float(holdout_frac))
+
+
+@functools.lru_cache(maxsize=2)
+def _documents(n_train: int, n_test: int, holdout_frac: float) -> dict[str, tuple[Forest, np.ndarray]]:
+    g = PublishedEasy(np.random.RandomState(SEED), holdout_frac)
     drawn = [g.sample() for _ in range(N_TRAIN if n_test else n_train)]
-    test = [g.sample() for _ in range(n_test)]
-    return {"train": _forest(drawn[:n_train]), "test": _forest(test)}
+    if holdout_frac == 0:
+        return {"train": _forest(drawn[:n_train]), "test": _forest([g.sample() for _ in range(n_test)])}
+    dev = [g.sample() for _ in range(N_TEST if n_test else 0)]
+    return {"train": _forest(drawn[:n_train]), "test": _forest(dev[:n_test]),
+            "heldout": _forest([g.sample(held_out=True) for _ in range(n_test)])}
 
 
 def _forest(docs: list[tuple[list[int], list[int], list[int], int]]) -> tuple[Forest, np.ndarray]:

@@ -10,7 +10,9 @@ terminal pairs) as queried pairs; `heldout` (only with holdout_frac > 0) queries
 
 Grammar: a seeded draw of ours (`grammar_draw="mecheval"`), or the published easy grammar itself, rebuilt from
 the published generator's draws (`"published"`, `tasks/atr/published.py`); with `"published-sets"` a run with
-`train_size` trains on the published training set itself (`training_set`), in its order.
+`train_size` trains on the published training set itself (`training_set`), in its order. `"published-split"` and
+`"published-split-sets"` are the same for the published generalisation language: its own grammar and its held-out
+pairs (the published draw of `holdout_frac`) in place of our hashed ones.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mecheval.tasks.atr.published import N_TEST, N_TRAIN, SEED, published_documents, published_grammar
+from mecheval.tasks.atr.published import N_TEST, N_TRAIN, SEED, published_documents, published_grammar, published_heldout
 from mecheval.tasks.atr.pcfg import GRAMMARS, Forest, build_grammar, concat, derive, take
 from mecheval.tasks.atr.queries import choose_queries, heldout
 from mecheval.tasks.atr.tree import DependencyTree
@@ -52,6 +54,8 @@ PUBLISHED_STATS = {
 # batch, d = 64, batch 32, every zoo mixer (docs/speed.md, benchmarks/length_groups.py): medium 2.3-2.9x with 3
 # groups (1.9-2.3x with 2), easy 1.4-1.6x with 2 or 3.
 LENGTH_GROUPS = 3
+SPLIT_DRAWS = ("published-split", "published-split-sets")  # the published generalisation language
+SET_DRAWS = ("published-sets", "published-split-sets")  # a fixed training set: the published one
 
 
 class ATRParams(BaseModel):
@@ -63,10 +67,12 @@ class ATRParams(BaseModel):
     grammar_seed: int | None = Field(None, ge=0, description="None: the preset's calibrated seed")
     holdout_frac: float = Field(0.0, ge=0.0, lt=1.0, description="share of (query, target) pairs held out")
     max_length: int = Field(1024, ge=MIN_TERMINALS, le=MAX_SEQ_LEN, description="longest context (terminals); longer ones are redrawn")
-    grammar_draw: Literal["mecheval", "published", "published-sets"] = Field(
+    grammar_draw: Literal["mecheval", "published", "published-sets", "published-split", "published-split-sets"] = Field(
         "mecheval", description="mecheval: our draw of the grammar from its seed; published: the published easy grammar "
         "itself (RandomState(42), tasks/atr/published.py), documents drawn by our sampler; published-sets: that grammar, "
-        "and a run's training pool (train_size) is the published training set in its order",
+        "and a run's training pool (train_size) is the published training set in its order; published-split and "
+        "published-split-sets: the same for the published generalisation language (its grammar and its held-out "
+        "pairs, drawn with holdout_frac: the published 0.2)",
     )
 
     @model_validator(mode="after")
@@ -78,8 +84,16 @@ class ATRParams(BaseModel):
             raise ValueError(f"grammar_draw {draw!r} has the published seed (42); grammar_seed applies to grammar_draw 'mecheval'")
         if draw == "published-sets" and self.holdout_frac > 0:
             raise ValueError("grammar_draw 'published-sets' trains on the published training set, which holds no pairs out; "
-                             "use grammar_draw 'published' with holdout_frac")
+                             "use grammar_draw 'published-split-sets' (the published generalisation language's)")
+        if draw in SPLIT_DRAWS and self.holdout_frac == 0:
+            raise ValueError(f"grammar_draw {draw!r} is the published generalisation language: it needs holdout_frac "
+                             "(the published 0.2)")
         return self
+
+    @property
+    def split_frac(self) -> float:
+        """The share of pairs the published generalisation language holds out, where it is drawn; else 0."""
+        return self.holdout_frac if self.grammar_draw in SPLIT_DRAWS else 0.0
 
 
 class ATRTask(DocumentTask):
@@ -94,7 +108,7 @@ class ATRTask(DocumentTask):
             seed = CALIBRATED_SEEDS[params.grammar] if params.grammar_seed is None else params.grammar_seed
             self.grammar_seed, self.grammar = seed, build_grammar(GRAMMARS[params.grammar], seed)
         else:
-            self.grammar_seed, self.grammar = SEED, published_grammar()
+            self.grammar_seed, self.grammar = SEED, published_grammar(params.split_frac)
         self.terminal_range = (N_SPECIAL, N_SPECIAL + self.grammar.n_terminals)
 
     @property
@@ -119,22 +133,28 @@ class ATRTask(DocumentTask):
 
     @property
     def training_set_size(self) -> int | None:
-        """With grammar_draw "published-sets": the published training set's size; else None (drawn)."""
-        return N_TRAIN if self.params.grammar_draw == "published-sets" else None
+        """With grammar_draw "published-sets" or "published-split-sets": the published training set's size; else
+        None (drawn)."""
+        return N_TRAIN if self.params.grammar_draw in SET_DRAWS else None
 
     def training_set(self, n: int) -> Batch:
         """The first `n` documents of the published training set, in the published order."""
         if self.training_set_size is None:
-            raise ValueError("only grammar_draw 'published-sets' has a fixed training set")
-        return self._batch(*published_documents(n, 0)["train"])
+            raise ValueError(f"only grammar_draw {' or '.join(map(repr, SET_DRAWS))} has a fixed training set")
+        return self._batch(*published_documents(n, 0, self.params.split_frac)["train"])
 
-    def published_test_set(self, n: int = N_TEST) -> Batch:
+    def published_test_set(self, n: int = N_TEST, split: str = "test") -> Batch:
         """The first `n` documents of the published test set (its accuracy read the first 320), for a run trained on
-        the published grammar: its accuracy there is like for like with the published value."""
+        the published grammar: its accuracy there is like for like with the published value. With the generalisation
+        language, `split` "heldout" is its test set (the published held-out accuracy) and "test" its dev set."""
         if self.params.grammar_draw == "mecheval":
             raise ValueError("the published test set is of the published grammar: grammar_draw 'published' or "
                              "'published-sets'")
-        return self._batch(*published_documents(N_TRAIN, n)["test"])
+        sets = published_documents(N_TRAIN, n, self.params.split_frac)
+        if split not in sets:
+            raise ValueError(f"the published sets of grammar_draw {self.params.grammar_draw!r} are {', '.join(sets)}; "
+                             f"the published held-out set is the generalisation language's ('published-split')")
+        return self._batch(*sets[split])
 
     @cached_property
     def chance_accuracy(self) -> float:
@@ -147,7 +167,14 @@ class ATRTask(DocumentTask):
     def is_heldout(self, query: np.ndarray, target: np.ndarray) -> np.ndarray:
         """[M] whether (query, target) terminal ids form a held-out pair."""
         lo = self.terminal_range[0]
-        return heldout(query - lo, target - lo, self.params.holdout_frac, self.grammar_seed)
+        return self._held_out(query - lo, target - lo)
+
+    def _held_out(self, query: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """[M] whether (query, target) terminal labels (from 0) form a held-out pair: the published generalisation
+        language's draw (`grammar_draw` "published-split*"), else a seeded hash of ours."""
+        if self.params.split_frac:
+            return published_heldout(self.params.split_frac)[target, query]
+        return heldout(query, target, self.params.holdout_frac, self.grammar_seed)
 
     def documents(self, n: int, seed: int, split: str = "train") -> tuple[Forest, np.ndarray]:
         """`n` derivations with an eligible query, and the position of each query terminal [n].
@@ -155,8 +182,8 @@ class ATRTask(DocumentTask):
         Derivations are drawn in rounds, sized by the share accepted so far, until n are accepted.
         """
         rng = rng_for(self.name, seed, split, self.splits)
-        frac, want = self.params.holdout_frac, split == "heldout"
-        pair_ok = lambda q, t: heldout(q, t, frac, self.grammar_seed) == want  # noqa: E731
+        want = split == "heldout"
+        pair_ok = lambda q, t: self._held_out(q, t) == want  # noqa: E731
         forests, keys, have, drawn = [], [], 0, 0
         while have < n:
             accepted = max(have / drawn, 0.02) if drawn else 0.8
