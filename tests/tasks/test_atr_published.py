@@ -85,6 +85,7 @@ def test_the_generalisation_language_s_held_out_pairs_and_sets_match_the_origina
 def test_grammar_draw_published_split_holds_out_the_published_pairs_and_reads_the_published_held_out_set():
     task = make_task("atr", grammar_draw="published-split", holdout_frac=0.2)
     assert task.grammar is published_grammar(0.2) and task.training_set_size is None
+    assert task.published_stats == {}  # easy's figures are not this grammar's
     heldout = published_heldout(0.2)
     for split, share in (("train", 0.0), ("test", 0.0), ("heldout", 1.0)):
         batch = task.sample(128, seed=0, split=split)

@@ -121,8 +121,9 @@ class ATRTask(DocumentTask):
 
     @property
     def published_stats(self) -> dict[str, dict[str, float]]:
-        """The published generator's figures for this grammar (empty for other seeds)."""
-        if self.params.grammar_seed not in (None, CALIBRATED_SEEDS[self.params.grammar]):
+        """The published generator's figures for this grammar (empty for other seeds and for the generalisation
+        language, another grammar)."""
+        if self.params.split_frac or self.params.grammar_seed not in (None, CALIBRATED_SEEDS[self.params.grammar]):
             return {}
         return PUBLISHED_STATS.get(self.params.grammar, {})
 
