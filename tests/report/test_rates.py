@@ -94,6 +94,25 @@ def test_runs_on_the_published_atr_grammar_are_not_seeds_of_our_cells():
     assert sorted(runs["acc"]) == [0.87, 0.88] and set(runs["grammar"]) == {"easy"}
 
 
+def test_a_held_out_cell_reads_the_published_generalisation_language_where_it_has_runs_there():
+    """The published held-out accuracies are of the published generalisation language: a held-out cell with runs on
+    it reads those alone (Based); one without reads our easy grammar's split (attention); the language is no
+    seed of the easy cell, which has no held-out pairs."""
+    from pages.rates import committed_runs
+
+    def row(arch, lr, acc, draw, holdout=0.2):
+        return {"status": "done", "task.name": "atr", "task.params.grammar": "easy", "arch": arch, "arch_name": arch,
+                "arch_conv": None, "model.d_model": 64, "optim.lr": lr, "seed": 0, "acc": 0.9, "acc_heldout": acc,
+                "eval.size": 1024, "task.params.holdout_frac": holdout, "task.params.grammar_draw": draw}
+
+    runs = committed_runs([pd.DataFrame([
+        row("based", 1e-3, 0.32, "mecheval"), row("based", 3e-3, 0.31, None), row("based", 1e-3, 0.41, "published-split-sets"),
+        row("attention", 1e-3, 0.46, "mecheval"), row("attention", 1e-3, 0.59, "published-sets", holdout=0.0)])])
+    assert sorted(zip(runs["arch"], runs["grammar"], runs["acc"])) == [
+        ("attention", "easy held-out", 0.46), ("based", "easy held-out", 0.41)]
+    assert rate_table(runs).set_index("arch").loc["based", "rates"] == 1
+
+
 def test_runs_of_the_study_codes_build_are_not_seeds_of_our_cells_where_those_are_ours():
     """Attention built as the study's code builds it checks the ATR offset; Mamba's cells are of that build."""
     from pages.rates import committed_runs

@@ -193,5 +193,5 @@ def test_the_published_test_set_is_the_published_test_documents_and_only_for_the
     forest, key = published_documents(N_TRAIN, 320)["test"]
     assert len(batch) == 320 and batch.lengths.tolist() == (forest.length + 5).tolist()
     assert batch.roles["key"].tolist() == (key + 1).tolist()
-    with pytest.raises(ValueError, match="published grammar"):
+    with pytest.raises(ValueError, match="published grammar: grammar_draw 'published' or .*'published-split-sets'"):
         make_task("atr").published_test_set(320)

@@ -44,7 +44,9 @@ def block_specs(root: Path, kind: str) -> list[tuple[Path, dict[str, str]]]:
     found = []
     for page in pages(root):
         for m in BLOCK.finditer((root / page).read_text()):
-            found += [(page, args) for k, args in [parse_spec(m["spec"], page)] if k == kind]
+            spec_kind, args = parse_spec(m["spec"], page)
+            if spec_kind == kind:
+                found.append((page, args))
     return found
 
 

@@ -79,8 +79,10 @@ def _index(root: Path) -> dict[Path, Path]:
     """study -> the docs page whose `studies` block shows it (the first such page)."""
     index: dict[Path, Path] = {}
     for page, args in block_specs(root, "studies"):
+        if page.name == "README.md":
+            continue
         for s in studies(root):
-            if page.name != "README.md" and matches(root, s, args):
+            if matches(root, s, args):
                 index.setdefault(s, page)
     return index
 

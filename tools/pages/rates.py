@@ -7,7 +7,10 @@ per cell and rate: seeds, mean accuracy, verdicts, whether it is the cell's best
 bracketed), `rate_figure` its picture, `bracket_table` the cells that do not agree with the study; `coverage_table` the published accuracy cells, each with what we ran
 for it and the strict comparison (`decide.compare_accuracy`) at its best rate, `coverage_summary` their counts.
 An ATR run trained with held-out pairs is a cell of its own (grammar `easy held-out`), read on the held-out pairs.
-An ATR run trained on the published grammar itself (`task.params.grammar_draw` other than `mecheval`), or a model
+The published held-out accuracies are of the published generalisation language (`grammar_draw` `published-split`
+or `published-split-sets`, tasks/atr/published.py), not of the easy grammar split: a held-out cell that has runs
+on that language reads them alone, like for like; one without reads its runs on our easy grammar's split.
+Any other ATR run trained on the published grammar itself (`task.params.grammar_draw` other than `mecheval`), or a model
 built as the study's code builds it where its preset's runs are ours (`--build study` for attention: `model.build`
 other than its preset's default, `study.presets.default_build`), is a check of the ATR-easy offset (docs/findings/atr.md), another design than our cells'
 runs: it is not counted among them.
@@ -33,6 +36,7 @@ from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labe
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
 from mecheval.study.presets import default_build  # noqa: E402
+from mecheval.tasks.atr.task import SPLIT_DRAWS  # noqa: E402
 from mecheval.sweeps.table import DIVERGED, best_rates  # noqa: E402
 from mecheval.training.config import ADDED_LATER  # noqa: E402
 
@@ -51,19 +55,22 @@ SEEDS_WANTED = 3  # a cell that still differs at its best rate: read on this man
 def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """The finished and the diverged runs of several studies' `results.study_table(every_run=True)` as one table
     (a diverged run: no accuracy, verdict `diverged`), a run committed in two studies (same cell, rate, seed and
-    final accuracy) counted once, runs on the published ATR grammar left out (module docstring); `grammar` is the
-    ATR grammar ("" for AR)."""
+    final accuracy) counted once, runs on the published ATR grammar left out and a held-out cell read on the published
+    generalisation language where it has runs there (module docstring); `grammar` is the ATR grammar ("" for AR)."""
     if not tables:
         return pd.DataFrame(columns=[*CELL, "optim.lr", "seed", "acc"])
     df = pd.concat(tables, ignore_index=True)
-    df = df[df["status"].isin(["done", DIVERGED]) & (df[DRAW].fillna("mecheval") == "mecheval" if DRAW in df else True)
-            & ~other_build(df)].copy()
+    draw = df[DRAW].fillna("mecheval") if DRAW in df else pd.Series("mecheval", index=df.index)
+    df = df[df["status"].isin(["done", DIVERGED]) & draw.isin(["mecheval", *SPLIT_DRAWS]) & ~other_build(df)].copy()
     df.loc[df["status"] == DIVERGED, "verdict"] = DIVERGED  # a rate tried: no accuracy, worse than any that trained
     grammar = df[GRAMMAR].fillna("easy") if GRAMMAR in df else pd.Series("easy", index=df.index)
     held = df[HOLDOUT].fillna(0) > 0 if HOLDOUT in df else pd.Series(False, index=df.index)
     df["grammar"] = (grammar + np.where(held, HELDOUT, "")).where(df["task.name"] == "atr", "")
     if "acc_heldout" in df:  # a generalisation run is compared on its held-out pairs
         df["acc"] = df["acc_heldout"].where(held, df["acc"])
+    on_language = draw[df.index].isin(SPLIT_DRAWS)  # the published generalisation language (held-out cells only)
+    cell_has_it = on_language.groupby([df[c] for c in CELL], dropna=False).transform("any")
+    df = df[on_language | ~cell_has_it]
     return df.drop_duplicates([*CELL, "optim.lr", "seed", "acc"], ignore_index=True)
 
 

@@ -18,7 +18,7 @@ pairs (the published draw of `holdout_frac`) in place of our hashed ones.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -54,6 +54,7 @@ PUBLISHED_STATS = {
 # batch, d = 64, batch 32, every zoo mixer (docs/speed.md, benchmarks/length_groups.py): medium 2.3-2.9x with 3
 # groups (1.9-2.3x with 2), easy 1.4-1.6x with 2 or 3.
 LENGTH_GROUPS = 3
+GrammarDraw = Literal["mecheval", "published", "published-sets", "published-split", "published-split-sets"]
 SPLIT_DRAWS = ("published-split", "published-split-sets")  # the published generalisation language
 SET_DRAWS = ("published-sets", "published-split-sets")  # a fixed training set: the published one
 
@@ -67,7 +68,7 @@ class ATRParams(BaseModel):
     grammar_seed: int | None = Field(None, ge=0, description="None: the preset's calibrated seed")
     holdout_frac: float = Field(0.0, ge=0.0, lt=1.0, description="share of (query, target) pairs held out")
     max_length: int = Field(1024, ge=MIN_TERMINALS, le=MAX_SEQ_LEN, description="longest context (terminals); longer ones are redrawn")
-    grammar_draw: Literal["mecheval", "published", "published-sets", "published-split", "published-split-sets"] = Field(
+    grammar_draw: GrammarDraw = Field(
         "mecheval", description="mecheval: our draw of the grammar from its seed; published: the published easy grammar "
         "itself (RandomState(42), tasks/atr/published.py), documents drawn by our sampler; published-sets: that grammar, "
         "and a run's training pool (train_size) is the published training set in its order; published-split and "
@@ -149,8 +150,8 @@ class ATRTask(DocumentTask):
         the published grammar: its accuracy there is like for like with the published value. With the generalisation
         language, `split` "heldout" is its test set (the published held-out accuracy) and "test" its dev set."""
         if self.params.grammar_draw == "mecheval":
-            raise ValueError("the published test set is of the published grammar: grammar_draw 'published' or "
-                             "'published-sets'")
+            raise ValueError("the published test set is of the published grammar: grammar_draw "
+                             f"{' or '.join(repr(d) for d in get_args(GrammarDraw) if d != 'mecheval')}")
         sets = published_documents(N_TRAIN, n, self.params.split_frac)
         if split not in sets:
             raise ValueError(f"the published sets of grammar_draw {self.params.grammar_draw!r} are {', '.join(sets)}; "
