@@ -1,5 +1,5 @@
-"""`init: zoology` (the study's init for Mamba and attention LMs), `build: study` and `final_norm`; the default init
-is unchanged."""
+"""`init: zoology` (the study's init for Mamba, attention and Based LMs), `build: study` and `final_norm`; the default
+init is unchanged."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def test_zoology_init_of_attention_blocks_is_gpt2s(n_layers):
     assert default.layers[0].mixer.out.weight.std().item() == pytest.approx(64**-0.5 / math.sqrt(3), rel=0.05)
 
 
-def test_zoology_init_is_for_mamba_and_attention_only():
-    with pytest.raises(ValueError, match="init 'zoology' is the study's scheme for mamba or attention blocks only"):
+def test_zoology_init_is_for_the_study_codes_blocks_only():
+    with pytest.raises(ValueError, match="init 'zoology' is the study's scheme for mamba, attention, based, baseconv blocks only"):
         ModelConfig(vocab_size=10, mixer="hyena", init="zoology")
     with pytest.raises(ValueError, match="init"):
         ModelConfig(vocab_size=10, mixer="mamba", init="gpt2")
@@ -83,6 +83,50 @@ def test_study_build_of_attention_has_the_study_codes_parameters():
     assert sum(p.numel() for p in build(cfg).parameters()) == 166_912
     ours = build(make_config("attention", d_model=64, vocab_size=26, max_len=1024))
     assert sum(p.numel() for p in ours.parameters()) == 166_912 - 2 * (2 * 64 + 64 + 256 + 64) - 64  # no biases
+
+
+@pytest.mark.parametrize("vocab, study_count", [(8196, 604_992), (26, 82_112)])
+def test_study_build_of_based_has_the_study_codes_parameters_and_init(vocab, study_count):
+    """The study's Based (tinylang's Hybrid: BaseConv, then Based, each in zoology's TransformerBlock) at d = 64 with
+    its AR (8,196) and ATR (26) vocabularies: 64·V + 80,448 parameters, ours without the study's biases 1,088
+    fewer (BaseConv's Conv1d and projection, the MLPs', the LayerNorms'); every Linear N(0, 0.02²), the MLPs' W_2
+    rescaled to 0.01 and Based's output projection not (zoology's name test misses its `proj_o`), the conv's taps
+    and bias U(±1/√3) (its Conv1d's own draw). Logits and gradients equal the study's code's to 1e-15 in float64,
+    its weights copied in (docs/based-study-build.md; a check run against its code, not part of this suite)."""
+    cfg = make_config("preset:based", d_model=64, vocab_size=vocab, build="study")
+    assert (cfg.init, cfg.block_bias, cfg.final_norm_bias) == ("zoology", True, True)
+    assert cfg.options == {"baseconv": {"conv_bias": True, "proj_bias": True}}  # no attention option: not a mixer here
+    lm = build(cfg)
+    assert sum(p.numel() for p in lm.parameters()) == study_count == 64 * vocab + 80_448
+    ours = build(make_config("preset:based", d_model=64, vocab_size=vocab))
+    assert sum(p.numel() for p in ours.parameters()) == study_count - 1_088
+    baseconv, based = (block.mixer for block in lm.layers)
+    for w in (baseconv.proj.weight, based.proj_q.weight, based.proj_v.weight, based.out.weight, lm.layers[0].mlp.up.weight):
+        assert w.std().item() == pytest.approx(0.02, rel=0.1)
+    for block in lm.layers:
+        assert block.mlp.down.weight.std().item() == pytest.approx(0.01, rel=0.1)
+    assert not baseconv.proj.bias.any() and baseconv.conv_bias.abs().max() <= 3**-0.5
+    assert baseconv.conv_bias.std().item() == pytest.approx(3**-0.5 / math.sqrt(3), rel=0.25)
+
+
+def test_baseconv_biases_enter_the_conv_and_the_gate_in_both_views():
+    """BaseConv's `conv_bias` is added to the conv output (site `conv_out`), `proj_bias` to the gate; the recurrent
+    view steps both; a conv bias needs a short conv."""
+    options = {"conv_bias": True, "proj_bias": True}
+    lm = build(make_config("preset:based", d_model=16, vocab_size=32, options={"baseconv": options}))
+    mixer, tokens = lm.layers[0].mixer, random_tokens(2, 9, 0)
+    with torch.no_grad():
+        mixer.conv_bias.fill_(0.5)
+        mixer.proj.bias.fill_(0.25)
+        x = torch.randn(2, 9, 16)
+        torch.testing.assert_close(mixer.recurrent(x), mixer(x))
+    _, cache = lm.run_with_cache(tokens, ["layers.0.conv_out", "layers.0.resid_mid"])
+    u = lm.layers[0].norm1(lm.embed_tokens(tokens))
+    torch.testing.assert_close(cache["layers.0.conv_out"], mixer.conv(u) + 0.5)
+    with pytest.raises(ValueError, match="baseconv conv_bias needs a short conv"):
+        build(make_config("baseconv", "long", d_model=16, vocab_size=32, options={"baseconv": options}))
+    with pytest.raises(ValueError, match="does not rebuild the study's implicit long conv"):
+        make_config("preset:baseconv", d_model=16, vocab_size=32, build="study")
 
 
 def test_final_norm_defaults_to_the_last_layers_and_can_be_set():

@@ -20,12 +20,20 @@ NormKind = Literal["layernorm", "rmsnorm"]
 # `build: study`: the LM fields of the study's code (tinylang's Zoology LM: zoology's init and final
 # LayerNorm, mamba_ssm's RMSNorm eps); see docs/mamba-published-scale.md
 STUDY_BUILD = {"init": "zoology", "final_norm": "layernorm", "final_norm_bias": True, "norm_eps": 1e-5}
-# zoology's block type of each mixer the study's code builds (`zoology.model._init_weights` inits them apart)
-ZOOLOGY_BLOCKS = {"mamba": "MambaBlock", "attention": "TransformerBlock"}
-# ... and the study build's further fields per block type: mamba_ssm's conv bias (where every layer has a conv);
-# the biases of zoology's TransformerBlock (its LayerNorms, MLP and attention's output projection)
+# zoology's block type of each mixer the study's code builds (`zoology.model._init_weights` inits them apart);
+# Based's hybrid (BaseConv, then Based) is two TransformerBlocks, as tinylang builds it; see docs/based-study-build.md
+ZOOLOGY_BLOCKS = {"mamba": "MambaBlock", "attention": "TransformerBlock", "based": "TransformerBlock",
+                  "baseconv": "TransformerBlock"}
+# ... the mixers whose output projection zoology's init rescales as a residual (its name test matches attention's
+# `out_proj`, not Based's `proj_o`): mixer -> our attribute
+ZOOLOGY_RESCALED = {"attention": "out"}
+# ... and the study build's further fields per block type, each option only for a mixer the model has: mamba_ssm's
+# conv bias (where every layer of the mixer has a short conv); the biases of zoology's TransformerBlock (its
+# LayerNorms and MLP, attention's output projection, BaseConv's Conv1d and projection)
 STUDY_BUILD_BLOCK = {"MambaBlock": {"options": {"mamba": {"conv_bias": True}}},
-                     "TransformerBlock": {"block_bias": True, "options": {"attention": {"out_bias": True}}}}
+                     "TransformerBlock": {"block_bias": True,
+                                          "options": {"attention": {"out_bias": True},
+                                                      "baseconv": {"conv_bias": True, "proj_bias": True}}}}
 
 
 def _per_layer(value: Any, n_layers: int, field: str) -> list:
@@ -69,10 +77,10 @@ class ModelConfig(Checked):
     )
     init: Literal["mecheval", "zoology"] = Field(
         "mecheval",
-        description="mecheval: h_0 = sqrt(D) E, E ~ N(0, 1/D), P ~ N(0, 1). zoology (Mamba or attention models), as"
-        " the study's code: h_0 = E + P, both ~ N(0, 0.02^2); each Mamba out_proj re-drawn and divided by"
-        " sqrt(n_layers); in attention blocks every Linear ~ N(0, 0.02^2), attention's output projection and the"
-        " MLP's down projection ~ N(0, 0.02^2 / (2 n_layers)), biases zero",
+        description="mecheval: h_0 = sqrt(D) E, E ~ N(0, 1/D), P ~ N(0, 1). zoology (Mamba, attention, Based and"
+        " BaseConv models), as the study's code: h_0 = E + P, both ~ N(0, 0.02^2); each Mamba out_proj re-drawn and"
+        " divided by sqrt(n_layers); in the other blocks every Linear ~ N(0, 0.02^2), attention's output projection"
+        " and the MLP's down projection ~ N(0, 0.02^2 / (2 n_layers)), biases zero; convs keep their own draw",
     )
     init_std: float | None = Field(
         None, gt=0, description="std of the token embeddings; None: d_model ** -0.5 (init mecheval), 0.02 (zoology)"
@@ -81,10 +89,11 @@ class ModelConfig(Checked):
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     build: Literal["mecheval", "study"] = Field(
         "mecheval",
-        description="study (Mamba or attention models): the LM as the study's code builds it, where a field is not"
-        " set explicitly: init zoology, final LayerNorm with a bias, norm eps 1e-5; Mamba: the conv bias of"
-        " mamba_ssm (when every layer has a short conv; d_conv 0 has no conv and so no bias); attention: biases in"
-        " the block norms, the MLP and attention's output projection",
+        description="study (Mamba, attention or Based models): the LM as the study's code builds it, where a field is"
+        " not set explicitly: init zoology, final LayerNorm with a bias, norm eps 1e-5; Mamba: the conv bias of"
+        " mamba_ssm (when every layer has a short conv; d_conv 0 has no conv and so no bias); attention and Based:"
+        " biases in the block norms and the MLP, and in attention's output projection, BaseConv's conv and its"
+        " projection (docs/based-study-build.md)",
     )
 
     @model_validator(mode="before")
@@ -134,7 +143,7 @@ class ModelConfig(Checked):
             except (PluginError, ValueError) as e:
                 raise ValueError(f"options.{name}: {e}") from None
         if self.init == "zoology" and not set(mixers) <= set(ZOOLOGY_BLOCKS):
-            raise ValueError(f"init 'zoology' is the study's scheme for {' or '.join(ZOOLOGY_BLOCKS)} blocks only; "
+            raise ValueError(f"init 'zoology' is the study's scheme for {', '.join(ZOOLOGY_BLOCKS)} blocks only; "
                              f"mixers are {mixers}")
         # Write the resolution back (bypassing validation: these are already valid).
         object.__setattr__(self, "mixer", mixers)
@@ -151,14 +160,19 @@ class ModelConfig(Checked):
 
     def _apply_study_build(self, mixers: list[str], convs: list) -> None:
         """`build: study`: the fields of STUDY_BUILD and of the block type's STUDY_BUILD_BLOCK (an option only
-        where the mixer has what it sets: Mamba's conv bias where every layer has a conv), where not set explicitly."""
-        if len(set(mixers)) != 1 or mixers[0] not in ZOOLOGY_BLOCKS:
-            raise ValueError(f"build 'study' is the study's code's LM of {' or '.join(ZOOLOGY_BLOCKS)} models only "
-                             f"(one mixer in every layer); mixers are {mixers}")
-        fields = {**STUDY_BUILD, **STUDY_BUILD_BLOCK[ZOOLOGY_BLOCKS[mixers[0]]]}
-        options = fields.pop("options")
-        if not all(isinstance(c, int) and c >= 1 for c in convs):  # no conv, no conv bias
-            options = {m: {o: v for o, v in opts.items() if o != "conv_bias"} for m, opts in options.items()}
+        for a mixer the model has, and only where it has what the option sets: a conv bias where each of that
+        mixer's layers has a short conv), where not set explicitly. Every layer's block type must be one, and
+        no layer a long conv (the study's long conv is not rebuilt)."""
+        blocks = {ZOOLOGY_BLOCKS.get(m) for m in mixers}
+        if len(blocks) != 1 or None in blocks:
+            raise ValueError(f"build 'study' is the study's code's LM of {', '.join(ZOOLOGY_BLOCKS)} models only "
+                             f"(one zoology block type in every layer); mixers are {mixers}")
+        if "long" in convs:
+            raise ValueError("build 'study' does not rebuild the study's implicit long conv (d_conv 'long')")
+        fields = {**STUDY_BUILD, **STUDY_BUILD_BLOCK[blocks.pop()]}
+        short = {m: all(isinstance(c, int) and c >= 1 for mm, c in zip(mixers, convs) if mm == m) for m in mixers}
+        options = {m: {o: v for o, v in opts.items() if o != "conv_bias" or short[m]}  # no conv, no conv bias
+                   for m, opts in fields.pop("options").items() if m in short}
         for name, value in fields.items():
             if name not in self.model_fields_set:
                 object.__setattr__(self, name, value)

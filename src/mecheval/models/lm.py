@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mecheval.models.config import ZOOLOGY_BLOCKS, HFModelConfig, ModelConfig, is_hf_model
+from mecheval.models.config import ZOOLOGY_BLOCKS, ZOOLOGY_RESCALED, HFModelConfig, ModelConfig, is_hf_model
 from mecheval.models.kinds import model_kind
 from mecheval.models.mixers import mixer_spec
 from mecheval.models.norms import RMSNorm
@@ -141,15 +141,16 @@ class LM(nn.Module):
             nn.init.normal_(self.head.weight, std=d**-0.5)
         if zoology:
             for mixer, block in zip(self.cfg.mixer, self.layers):
-                self._zoology_block(block, ZOOLOGY_BLOCKS[mixer])
+                self._zoology_block(block, mixer)
 
-    def _zoology_block(self, block: "Block", block_type: str) -> None:
+    def _zoology_block(self, block: "Block", mixer: str) -> None:
         """zoology's `_init_weights` of one block, by its block type. MambaBlock: mamba_ssm's init, but out_proj
         re-drawn and divided by sqrt(n_layers) (one residual per layer). TransformerBlock: every Linear
-        ~ N(0, 0.02²) with zero biases, the two residual projections (attention's W_o, the MLP's W_2)
-        ~ N(0, 0.02² / (2 n_layers)) (GPT-2's scaled init: two residuals per layer)."""
+        ~ N(0, 0.02²) with zero biases, the residual projections its name test finds (the MLP's W_2, and the
+        mixer's where `ZOOLOGY_RESCALED` names it: attention's W_o) ~ N(0, 0.02² / (2 n_layers)) (GPT-2's scaled
+        init: two residuals per layer); a conv keeps its own draw."""
         n = self.cfg.n_layers
-        if block_type == "MambaBlock":
+        if ZOOLOGY_BLOCKS[mixer] == "MambaBlock":
             w = block.mixer.out_proj.weight
             nn.init.kaiming_uniform_(w, a=math.sqrt(5))
             w /= math.sqrt(n)
@@ -159,7 +160,9 @@ class LM(nn.Module):
                 nn.init.normal_(m.weight, std=ZOOLOGY_STD)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
-        for residual in (block.mixer.out, block.mlp.down if block.mlp is not None else None):
+        rescaled = ZOOLOGY_RESCALED.get(mixer)
+        for residual in (getattr(block.mixer, rescaled) if rescaled else None,
+                         block.mlp.down if block.mlp is not None else None):
             if residual is not None:
                 nn.init.normal_(residual.weight, std=ZOOLOGY_STD / math.sqrt(2 * n))
 

@@ -78,3 +78,12 @@ def make_conv(spec: ConvSpec, channels: int, max_len: int) -> nn.Module | None:
 
         return LongConv(channels, max_len)
     return ShortConv(channels, spec)
+
+
+def short_conv_bias(conv: nn.Module | None, spec: ConvSpec, mixer: str) -> nn.Parameter:
+    """A bias added after the short conv `conv` (made from `spec`) [channels], drawn as `nn.Conv1d` draws its bias,
+    U(±1/√k): the conv bias of mamba_ssm's and zoology's Conv1d. ValueError where `conv` is not a short conv."""
+    if not isinstance(conv, ShortConv):
+        raise ValueError(f"{mixer} conv_bias needs a short conv (d_conv >= 1), got d_conv={spec!r}")
+    bound = conv.kernel_size**-0.5
+    return nn.Parameter(torch.empty(conv.channels).uniform_(-bound, bound))

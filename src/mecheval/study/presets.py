@@ -138,7 +138,7 @@ class Study:
         at the paper scale, on the published training set ("published-sets"; the generalisation language's:
         "published-split", "published-split-sets"; `ATRParams.grammar_draw`); trackers
         name the experiment trackers every run logs to (`TrainConfig.loggers`: "tensorboard", "wandb"); build sets
-        every architecture's `model.build` ("study": the LM as the study's code builds it, for Mamba and attention;
+        every architecture's `model.build` ("study": the LM as the study's code builds it, for Mamba, attention and Based;
         None: PAPER_BUILD at the paper scale, our build at the cpu scale)."""
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; known: {SCALES}")

@@ -42,7 +42,7 @@ from mecheval.models.ops.selective_scan import (
     selective_scan_states_response,
     selective_scan_step,
 )
-from mecheval.models.shortconv import ConvSpec, ShortConv, make_conv
+from mecheval.models.shortconv import ConvSpec, make_conv, short_conv_bias
 from mecheval.models.sites import Site
 from mecheval.models.states import StateSite, StateValue
 
@@ -101,13 +101,7 @@ class Mamba(Mixer):
         self.conv = make_conv(conv, Di, max_len)
         if self.conv is not None:
             self.conv_out = Site()
-        if options.conv_bias:
-            if not isinstance(self.conv, ShortConv):
-                raise ValueError(f"mamba conv_bias needs a short conv (d_conv >= 1), got d_conv={conv!r}")
-            bound = self.conv.kernel_size**-0.5
-            self.conv_bias = nn.Parameter(torch.empty(Di).uniform_(-bound, bound))
-        else:
-            self.conv_bias = None
+        self.conv_bias = short_conv_bias(self.conv, conv, "mamba") if options.conv_bias else None
         self.x_proj = nn.Linear(Di, R + 2 * N, bias=False)
         self.dt_proj = nn.Linear(R, Di, bias=True)
         self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(Di, 1))  # [Di, N]
