@@ -60,7 +60,7 @@ def test_the_command_names_a_build_other_than_the_scales(tmp_path):
     # Mamba's paper-scale default is the study's build: the command does not name it
     default = _study(tmp_path / "b", "atr", "paper", archs=["mamba"], widths=[64], grammars=["easy"])
     assert "--build" not in study_command(default) and rebuilds_spec(default) is True
-    with pytest.raises(ValueError, match="hyena: build 'study' is the study's code's LM of mamba or attention"):
+    with pytest.raises(ValueError, match="hyena: build 'study' is the study's code's LM of mamba, attention, based, baseconv models only"):
         STUDIES["atr"].sweep("paper", archs=["hyena"], build="study")
 
 
