@@ -189,3 +189,14 @@ def test_a_published_accuracy_is_compared_with_the_test_accuracy_on_every_prompt
     assert row["test acc [95% CI]"] == "{:.2f} [{:.2f}, {:.2f}]".format(*final_test_accuracy(runs))
     read, test = (float(row[c].split(" ")[0]) for c in ("acc read [95% CI]", "test acc [95% CI]"))
     assert test > read + 0.02  # the seen prompts, answered from memory, count in the published measure only
+
+
+def test_the_best_rate_of_a_pool_is_one_the_study_swept_for_the_table():
+    """Mamba and attention on ATR easy at 1e-2 read higher than at 3e-3, but the study swept ATR up to 3e-3 only
+    (`published.swept_rates`): the pool compares 3e-3 with the published value, like for like."""
+    df = pooled_table([D64 / "atr-twist", D64 / "atr-mamba-lr1e-2", D64 / "atr-attention-lr1e-2"])
+    best = df[df["best_lr"]]
+    assert set(best.loc[best["arch"] == "mamba", "optim.lr"]) == {3e-3}
+    assert set(best.loc[best["arch"] == "attention", "optim.lr"]) == {1e-3}  # atr-twist's rate, the one swept here
+    alone = pooled_table([D64 / "atr-mamba-lr1e-2"])  # a pool with no swept rate keeps its own
+    assert set(alone.loc[alone["best_lr"], "optim.lr"]) == {1e-2}

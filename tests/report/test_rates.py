@@ -128,11 +128,11 @@ def test_runs_of_the_study_codes_build_are_not_seeds_of_our_cells_where_those_ar
 
 
 def test_a_rate_whose_run_diverged_is_tried_and_worse_so_it_brackets_the_best():
-    """Mamba on ATR easy: 1e-2 learned best, 3e-2 diverged (no accuracy): the best, 1e-2, is bracketed."""
+    """Mamba on AR: 1e-2 learned best, 3e-2 diverged (no accuracy): the best, 1e-2, is bracketed."""
     from pages.rates import committed_runs
 
     def run(lr, acc, status):
-        return {"status": status, "task.name": "atr", "task.params.grammar": "easy", "arch": "mamba", "arch_name": "mamba",
+        return {"status": status, "task.name": "ar", "arch": "mamba", "arch_name": "mamba",
                 "arch_conv": None, "model.d_model": 64, "optim.lr": lr, "seed": 0, "acc": acc, "eval.size": 1024,
                 "verdict": None if status == "diverged" else "direct retrieval"}
 
@@ -143,10 +143,10 @@ def test_a_rate_whose_run_diverged_is_tried_and_worse_so_it_brackets_the_best():
     assert table.loc[1e-2, "best"] and table.loc[1e-2, "bracketed"] and table.loc[1e-2, "rates"] == 3
     assert table.loc[3e-2, "verdict"] == "diverged" and table.loc[3e-2, "acc"] != table.loc[3e-2, "acc"]
     assert coverage_table(rate_table(runs)).set_index(["task", "grammar", "arch", "width"]).loc[
-        ("atr", "easy", "mamba", 64), "bracketed"]
+        ("ar", "", "mamba", 64), "bracketed"]
     fig = rate_figure(rate_table(runs))
     assert "diverged" in [t.get_text() for t in fig.axes[0].texts]
-    [apart] = bracket_table(rate_table(runs)).to_dict("records")  # 0.90 [0.88, 0.92] against .96
+    [apart] = bracket_table(rate_table(runs)).to_dict("records")  # 0.90 [0.88, 0.92] against .81
     assert apart["rates tried"] == "0.003: 0.86, **0.01: 0.90**, 0.03: diverged" and apart["bracketed"] == "yes"
 
 
@@ -166,10 +166,10 @@ def test_each_cell_apart_says_which_runs_would_settle_it_and_what_a_run_costs():
     assert apart.loc["AR based d=32", "min a run"] == "16 wall"  # none recorded CPU time: wall minutes, marked
 
 
-def test_a_best_rate_at_the_grid_s_end_says_there_is_none_beyond():
+def test_a_best_rate_at_the_grid_s_end_is_bracketed_by_it_and_asks_for_seeds_where_it_differs():
     runs = _runs([("mamba", 64, 1e-2, 0, 0.20, "direct retrieval"), ("mamba", 64, 3e-2, 0, 0.40, "direct retrieval")])
     [apart] = bracket_table(rate_table(runs)).to_dict("records")
-    assert apart["next"] == "none above (the grid's highest)" and apart["min a run"] == "–"
+    assert apart["bracketed"] == "yes" and apart["next"] == "2 more seeds at lr 0.03" and apart["min a run"] == "–"
 
 
 def test_each_cell_apart_names_the_studies_that_made_its_runs_by_rate():
@@ -178,3 +178,29 @@ def test_each_cell_apart_names_the_studies_that_made_its_runs_by_rate():
     runs["study"] = ["d128/first", "d128/lr3e-3", "d128/seeds"]
     [apart] = bracket_table(rate_table(runs), link=lambda study: f"<{study}>").to_dict("records")
     assert apart["studies"] == "<d128/lr3e-3>, <d128/first>, <d128/seeds>"  # by rate, each study once, as linked
+
+
+def test_the_best_rate_is_one_the_study_swept_for_the_table_and_a_grid_end_brackets_it():
+    """ATR was swept up to 3e-3 (`published.swept_rates`): a better 1e-2 is shown, faded, and not compared; a best at
+    3e-3 with a worse rate below is bracketed, since nothing the study swept lies above it."""
+    runs = _runs([("mamba", 64, 1e-3, 0, 0.89, "direct retrieval"), ("mamba", 64, 3e-3, 0, 0.93, "direct retrieval"),
+                  ("mamba", 64, 1e-2, 0, 0.95, "direct retrieval"),
+                  ("attention", 64, 3e-3, 0, 0.90, "induction"), ("attention", 64, 1e-2, 0, 0.92, "induction")])
+    runs[["task.name", "grammar"]] = ["atr", "easy"]
+    table = rate_table(runs).set_index(["arch", "lr"])
+    assert table.loc[("mamba", 3e-3), "best"] and not table.loc[("mamba", 1e-2), "best"]
+    assert table.loc[("mamba", 3e-3), "bracketed"] and table.loc[("mamba", 3e-3), "rates"] == 2
+    assert not table.loc[("mamba", 1e-2), "swept"] and table.loc[("mamba", 3e-3), "swept"]
+    apart = bracket_table(rate_table(runs)).set_index("cell")
+    assert apart.loc["ATR easy attention d=64", "rates tried"] == "**0.003: 0.90**, 0.01 (not swept): 0.92"
+    assert apart.loc["ATR easy attention d=64", "next"] == "lr 0.001"  # not 1e-2: the study's grid ends at 3e-3
+    fig = rate_figure(rate_table(runs))
+    assert sorted({p.get_alpha() for p in fig.axes[0].patches if p.get_fill()}) == [0.35, 1.0]
+
+
+def test_the_grid_follows_the_study_s_sweep_per_table():
+    from mecheval.report.published import swept_rates
+
+    assert swept_rates("ar", "mamba (d_conv 2)")[-1] == 3e-2 and swept_rates("ar", "attention (1 layer)")[-1] == 3e-2
+    assert swept_rates("ar", "based (d_conv 2)")[-1] == swept_rates("ar", "based (positions)")[-1] == 3e-3
+    assert swept_rates("atr", "mamba")[-1] == 3e-3 and len(swept_rates("ar", "hyena")) == 7

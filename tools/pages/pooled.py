@@ -2,7 +2,8 @@
 studies that ran its parts separately (seeds added later, one width per study, another rate).
 
 `pooled_table` is the runs (every run directory under each study's runs/, whether its latest sweep.yaml names
-it or not; a run committed in several studies counted once; the best learning rate chosen over all of them);
+it or not; a run committed in several studies counted once; the best learning rate chosen over all of them, among
+the rates the study swept for the cell's table where the pool tried any);
 `left_out` names the runs a table does not read, with the reason; `pooled_summary` its rows per architecture
 (width, grammar) beside the published accuracy and attribution medians, compared by intervals; `attribution_runs` the per-run attributions
 the box figure (`figures.boxes_figure`) draws, with the published medians, as one table that a CSV keeps.
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from mecheval.interventions.verdict import shows_attributions
+from mecheval.report import published
 from mecheval.report.analyse import summarise
 from mecheval.report.compare import cell_runs, heldout_cells, published_attribution, published_words, final_test_accuracy
 from mecheval.report.decide import compare_accuracy
@@ -42,10 +44,21 @@ def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
     config = config_columns(raw)
     keep = ~as_text(raw.drop(columns="name")).duplicated()  # the same config and summary: one run, copied
     raw, df = raw[keep].reset_index(drop=True), df[keep].reset_index(drop=True)
-    best = best_lr(raw.assign(name=df["run_dir"]))["name"]  # run directories are unique where names are not
+    eligible = _swept_where_tried(df)
+    best = best_lr(raw[eligible].assign(name=df.loc[eligible, "run_dir"]))["name"]  # run dirs are unique, names not
     df["best_lr"] = df["run_dir"].isin(set(best))
     _one_design(raw[df["best_lr"]], df[df["best_lr"]], [c for c in config if c != SEED])
     return df
+
+
+def _swept_where_tried(df: pd.DataFrame) -> pd.Series:
+    """[rows] the runs eligible as the best rate, like for like with the published best: those at a rate the study
+    swept for the cell's table (`published.swept_rates`), or every run of a cell (architecture, width, grammar) that
+    tried none of them."""
+    swept = pd.Series([published.swept(t, a, lr) for t, a, lr in zip(df["task.name"], df["arch"], df["optim.lr"])],
+                      index=df.index, dtype=bool)
+    cell = [as_text(df[c]) for c in ("arch", "model.d_model", GRAMMAR) if c in df]
+    return swept | ~swept.groupby(cell).transform("any")
 
 
 def _one_design(raw: pd.DataFrame, df: pd.DataFrame, config: list[str]) -> None:

@@ -1,8 +1,10 @@
 """Learning-rate sensitivity and coverage: every published-scale cell (task, grammar, architecture, width) at
 every rate tried, and every published accuracy against them.
 
-The study swept 5–7 rates per cell and kept the best; a cell whose best rate has no worse rate tried on each
-side was never bracketed (its optimum may lie beyond what was tried). `rate_table` is the analysis (one row
+The study swept 5 or 7 rates per table (`published.swept_rates`: every ATR table stops at 3e-3) and kept the best;
+ours is compared like for like, its best chosen among the rates the study swept for the cell's table (a rate
+beyond them is shown, and not chosen). A cell whose best rate has neither a worse rate tried nor the end of that
+grid on each side was never bracketed (its optimum may lie beyond what was tried). `rate_table` is the analysis (one row
 per cell and rate: seeds, mean accuracy, verdicts, whether it is the cell's best and whether that best is
 bracketed), `rate_figure` its picture, `bracket_table` the cells that do not agree with the study; `coverage_table` the published accuracy cells, each with what we ran
 for it and the strict comparison (`decide.compare_accuracy`) at its best rate, `coverage_summary` their counts.
@@ -46,9 +48,9 @@ HELDOUT = " held-out"  # the grammar suffix of a generalisation run's cell (read
 HOLDOUT = "task.params.holdout_frac"
 DRAW = "task.params.grammar_draw"  # ATR's grammar: ours from its seed (`mecheval`, the default), or the published one
 BUILD = "model.build"  # the LM as we build it (`mecheval`, the default) or as the study's code does (`study`)
-RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "seeds", "acc", "acc_lo", "acc_hi", "verdict", "verdicts",
-                "published", "best", "rates", "bracketed", "cpu_min", "wall_min", "studies"]
-RATES = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)  # the study's grid (`study.presets.PAPER_LRS` and its 1e-2, 3e-2)
+RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "swept", "seeds", "acc", "acc_lo", "acc_hi", "verdict",
+                "verdicts", "published", "best", "rates", "bracketed", "cpu_min", "wall_min", "studies"]
+BEYOND_ALPHA = 0.35  # the figure's fill of a rate the study did not sweep for the cell's table
 SEEDS_WANTED = 3  # a cell that still differs at its best rate: read on this many seeds there (issue 53, item 1)
 
 
@@ -85,34 +87,43 @@ def other_build(df: pd.DataFrame) -> pd.Series:
 
 
 def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (cell, rate) of `committed_runs`: `seeds` (distinct seeds), `acc` (mean over its runs that did not
+    """One row per (cell, rate) of `committed_runs`: `swept` (the study swept this rate for the cell's table,
+    `published.swept_rates`), `seeds` (distinct seeds), `acc` (mean over its runs that did not
     diverge; NaN where every one did), `verdict` (the most common; `not read` where none was, `diverged`), `verdicts` (counts in words), `published` (the study's accuracy, NaN
-    where none), `best` (the cell's rate with the highest mean accuracy on the seeds every rate ran, as
-    `sweeps.table.best_lr` chooses), `rates` (how many the cell tried),
-    `bracketed` (the best rate has a tried rate below and above it; a rate whose runs diverged is tried, and worse),
+    where none), `best` (among the swept rates, like for like with the published best, the one with the highest
+    mean accuracy on the seeds every swept rate ran, as `sweeps.table.best_lr` chooses; among all where the cell
+    tried none of them), `rates` (how many of the swept rates the cell tried),
+    `bracketed` (on each side of the best rate a swept rate tried, or the end of the study's grid: within that
+    grid nothing untried can beat it; a rate whose runs diverged is tried, and worse),
     `cpu_min`, `wall_min` (the median minutes of training a run at that rate, `run_minutes`), `studies` (the sorted
     studies its runs are of, where `runs` has a `study` column: `rates_data` sets it; else empty)."""
     rows = []
     for key, cell in runs.groupby(CELL, sort=True, dropna=False):
         task, grammar, arch, width = key
         name, conv = cell["arch_name"].iloc[0], cell["arch_conv"].iloc[0]
-        published = published_value(task, grammar, name, None if conv != conv else conv, int(width), arch)
+        theirs = published_value(task, grammar, name, None if conv != conv else conv, int(width), arch)
+        grid = published.swept_rates(task, arch)
         by_rate = []
         for lr, at in cell.groupby("optim.lr", sort=True):
             verdicts = at["verdict"].fillna(NO_VERDICT)
             counts = verdicts.value_counts()
             _, lo, hi = final_test_accuracy(at)
             by_rate.append({"task": task, "grammar": grammar, "arch": arch, "width": int(width), "lr": float(lr),
-                            "seeds": at["seed"].nunique(), "acc": float(at["acc"].mean()), "acc_lo": lo, "acc_hi": hi,
+                            "swept": published.swept(task, arch, float(lr)), "seeds": at["seed"].nunique(), "acc": float(at["acc"].mean()), "acc_lo": lo, "acc_hi": hi,
                             "verdict": counts.index[0],
                             "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
-                            "published": np.nan if published is None else published,
+                            "published": np.nan if theirs is None else theirs,
                             "cpu_min": run_minutes(at, "cpu"), "wall_min": run_minutes(at, "wall"),
                             "studies": tuple(sorted(at["study"].unique())) if "study" in at else ()})
-        [best_rate] = best_rates(cell, pd.Series("", index=cell.index), "acc")  # as `best_lr` chooses it
-        best = [r["lr"] for r in by_rate].index(float(best_rate))
-        for i, row in enumerate(by_rate):
-            row |= {"best": i == best, "rates": len(by_rate), "bracketed": 0 < best < len(by_rate) - 1}
+        in_grid = cell["optim.lr"].map(lambda lr: published.swept(task, arch, lr))
+        eligible = cell[in_grid] if in_grid.any() else cell
+        [best_rate] = best_rates(eligible, pd.Series("", index=eligible.index), "acc")  # as `best_lr` chooses it
+        tried = sorted(r["lr"] for r in by_rate if r["swept"])
+        best = float(best_rate)
+        bracketed = ((tried[0] < best or best <= grid[0] * 1.000001) and (tried[-1] > best or best >= grid[-1] * 0.999999)
+                     if tried else False)
+        for row in by_rate:
+            row |= {"best": row["lr"] == best, "rates": len(tried), "bracketed": bracketed}
         rows += by_rate
     return pd.DataFrame(rows, columns=RATE_COLUMNS).astype({"best": bool, "bracketed": bool})
 
@@ -128,18 +139,16 @@ def run_minutes(runs: pd.DataFrame, clock: str) -> float:
 
 def next_runs(cell: pd.DataFrame, accuracy: str) -> str:
     """What would settle a cell of `rate_table` (its rows, one per rate), by issue 53's rule: where its best rate is
-    at the edge of what was tried, the grid's rate beyond that edge (`RATES`), on each open side; where it is
-    bracketed and the accuracy still differs, the seeds it lacks at the best rate; "–" where neither."""
+    at the edge of the swept rates tried, the study's next rate beyond that edge (`published.swept_rates`), on each
+    open side; where it is bracketed and the accuracy still differs, the seeds it lacks at the best rate; "–"
+    where neither."""
     best = cell[cell["best"]].iloc[0]
     if not best["bracketed"]:
-        tried, beyond = sorted(cell["lr"]), []
-        if best["lr"] == tried[0]:
-            below = [r for r in RATES if r < tried[0] * 0.99]
-            beyond.append(f"lr {below[-1]:g}" if below else "none below (the grid's lowest)")
-        if best["lr"] == tried[-1]:
-            above = [r for r in RATES if r > tried[-1] * 1.01]
-            beyond.append(f"lr {above[0]:g}" if above else "none above (the grid's highest)")
-        return ", ".join(beyond)
+        grid = published.swept_rates(best["task"], best["arch"])
+        tried = sorted(cell.loc[cell["swept"], "lr"]) or [best["lr"]]
+        below = [f"lr {r:g}" for r in grid if r < tried[0] * 0.99][-1:] if best["lr"] == tried[0] else []
+        above = [f"lr {r:g}" for r in grid if r > tried[-1] * 1.01][:1] if best["lr"] == tried[-1] else []
+        return ", ".join(below + above)
     if accuracy == DIFFER and best["seeds"] < SEEDS_WANTED:
         return f"{SEEDS_WANTED - best['seeds']} more seeds at lr {best['lr']:g}"
     return "–"
@@ -148,7 +157,8 @@ def next_runs(cell: pd.DataFrame, accuracy: str) -> str:
 def bracket_table(rates: pd.DataFrame, link: Callable[[Path], str] = str) -> pd.DataFrame:
     """The cells of `rate_table` whose best-rate accuracy does not agree with the published one by the strict
     rule (`decide.compare_accuracy`: differ or inconclusive), one row each: `cell`, `published`, `rates tried`
-    (each rate's mean accuracy, ×n: its seeds where more than one; the best in bold), `bracketed`, `accuracy` (the comparison), `mechanism` (our
+    (each rate's mean accuracy, ×n: its seeds where more than one; the best in bold; a rate the study did not sweep
+    for the cell marked so), `bracketed`, `accuracy` (the comparison), `mechanism` (our
     most common verdict at the best rate against the published label, `decide.compare_labels`; blank where the
     study labels none or ours did not learn), `differs in` (the parts that differ: accuracy, mechanism), `next`
     (the runs that would settle it, `next_runs`), `min a run` (`_cell_minutes`: what the next run costs) and
@@ -163,7 +173,7 @@ def bracket_table(rates: pd.DataFrame, link: Callable[[Path], str] = str) -> pd.
         theirs = published_verdict(task, arch)
         mechanism = compare_labels(best["verdict"], theirs)
         by_rate = cell.sort_values("lr")
-        tried = ", ".join(f"**{r['lr']:g}: {_acc_seeds(r)}**" if r["best"] else f"{r['lr']:g}: {_acc_seeds(r)}"
+        tried = ", ".join(f"**{_rate(r)}: {_acc_seeds(r)}**" if r["best"] else f"{_rate(r)}: {_acc_seeds(r)}"
                           for _, r in by_rate.iterrows())
         studies = dict.fromkeys(s for paths in by_rate["studies"] for s in paths)  # by rate, each once
         rows.append({"cell": f"{task.upper()}{' ' + grammar if grammar else ''} {arch} d={width}",
@@ -183,6 +193,11 @@ def _cell_minutes(cell: pd.DataFrame) -> str:
     minutes, marked so."""
     cpu, wall = cell["cpu_min"].median(), cell["wall_min"].median()
     return f"{cpu:.0f}" if cpu == cpu else f"{wall:.0f} wall" if wall == wall else "–"
+
+
+def _rate(rate: pd.Series) -> str:
+    """A `rate_table` row's learning rate in words, `(not swept)` where the study did not sweep it for the cell."""
+    return f"{rate['lr']:g}" + ("" if rate["swept"] else " (not swept)")
 
 
 def _acc(rate: pd.Series) -> str:
@@ -258,18 +273,18 @@ def _fill(verdict: str) -> dict:
 def rate_figure(table: pd.DataFrame) -> plt.Figure:
     """`rate_table` drawn: a panel per task, a row per (architecture, grammar, width) with the published accuracy,
     a column per rate of the study's grid; each tried cell coloured by its most common verdict with the mean
-    accuracy (×n: seeds) written in (`diverged`, hatched, where its runs diverged), the best rate outlined (dashed
-    where it is not bracketed)."""
+    accuracy (×n: seeds) written in (`diverged`, hatched, where its runs diverged; faded where the study did not
+    sweep that rate for the cell's table), the best swept rate outlined (dashed where it is not bracketed)."""
     tasks = list(table.groupby("task", sort=True))
     heights = [part.groupby(["arch", "grammar", "width"]).ngroups for _, part in tasks]
     fig, axes = plt.subplots(1, len(tasks), figsize=(7.2 * len(tasks), 1.6 + 0.24 * max(heights)), squeeze=False)
-    rates = sorted(set(RATES) | set(table["lr"]))
+    rates = sorted(set(published.STUDY_LRS) | set(table["lr"]))
     for ax, (task, part) in zip(axes[0], tasks):
         cells = list(part.groupby(["arch", "grammar", "width"], sort=True))
         for y, ((arch, grammar, width), cell) in enumerate(cells):
             for _, r in cell.iterrows():
                 x = rates.index(r["lr"])
-                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, **_fill(r["verdict"])))
+                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, **_fill(r["verdict"]), alpha=1 if r["swept"] else BEYOND_ALPHA))
                 ax.text(x, y, _acc_seeds(r), ha="center", va="center", fontsize=7)
                 if r["best"]:
                     ax.add_patch(Rectangle((x - 0.46, y - 0.42), 0.92, 0.84, fill=False, ec="black", lw=1.6,
@@ -284,6 +299,8 @@ def rate_figure(table: pd.DataFrame) -> plt.Figure:
         ax.tick_params(length=0)
     shown = [v for v in (*LABELS, NO_VERDICT, DIVERGED) if v in set(table["verdict"])]
     handles = [Patch(**_fill(v), label=v) for v in shown]
+    if not table["swept"].all():
+        handles.append(Patch(color="grey", alpha=BEYOND_ALPHA, label="a rate the study did not sweep"))
     handles += [Patch(fill=False, ec="black", lw=1.6, label="best rate"),
                 Patch(fill=False, ec="black", lw=1.6, ls="--", label="best rate, not bracketed")]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)

@@ -138,3 +138,22 @@ ATR_HELDOUT: dict[str, dict[int, float]] = {
 # (width not stated); "others ≈ 0" as 0.0
 ATR_HELDOUT_VALUE: dict[str, float] = {"attention": 1.22, "based": 0.87, "mamba": 0.0, "h3": 0.0, "hyena": 0.0,
                                        "baseconv": 0.0}
+
+# The learning rates the study swept, per table (`aryamanarora/tinylang` experiments/configs; a published accuracy
+# is the best final accuracy over its table's rates): AR's architectures (ar_32, ar_32_nope and ar_32_more_lr),
+# depths (ar_32_1L, ar_32_3L) and Mamba's conv sizes (ar_32_mamba_ablation) over all seven; Based's conv sizes
+# (ar_32_based_ablation, ar_32_based_ablation2), attention without and Based with position embeddings (ar_32_nope,
+# ar_32) and every ATR table (pcfg_*: easy, medium, 8,192 terminals, held-out, one layer) over the first five.
+STUDY_LRS = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+FIVE_RATE_VARIANTS = ("based (d_conv", "baseconv (d_conv", "attention (no positions)", "based (positions)")
+
+
+def swept_rates(task: str, label: str) -> tuple[float, ...]:
+    """The rates the study swept for a cell of `task` ("ar" or "atr") and architecture `label` (as `arch_label`
+    writes it: "mamba (d_conv 2)", "based (positions)")."""
+    return STUDY_LRS[:5] if task == "atr" or label.startswith(FIVE_RATE_VARIANTS) else STUDY_LRS
+
+
+def swept(task: str, label: str, lr: float) -> bool:
+    """Whether the study swept `lr` for that cell (`swept_rates`, to a relative 1e-6)."""
+    return any(abs(lr - r) <= 1e-6 * r for r in swept_rates(task, label))
