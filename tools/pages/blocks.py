@@ -32,6 +32,9 @@ KINDs:
                 docs/figures/rates.csv, and how many cells have their best rate bracketed)
     coverage    the published accuracy cells: how many we compared, with how many rates and seeds, and the
                 strict comparisons counted (`rates.coverage_summary`)
+    protocol    the published reading (the maximum over the study's swept rates of one run's accuracy on 320 test
+                examples) simulated from our runs, per cell of `task=` (`grammar=`): how often it reaches the
+                published value (`protocol.py`)
     prompts     per scale and task, the share of test prompts seen in training, and accuracy on all prompts
                 beside accuracy on the unseen ones the readouts read (verdict.json)
     pointers    every learned run whose query carries part of the effect, with its pointer control
@@ -68,7 +71,7 @@ from mecheval.training.lock import DirLock
 from pages.base import BLOCK, PageError, block_specs, markdown_table, matches, pages, parse_spec, studies
 from pages.findings_blocks import checks_block, findings_block, rounding_rows
 from pages.overview_blocks import (RATES_DATA, RATES_PNG, cost_rows, coverage_block, design_rows, draw_rates,
-                                   pointer_rows, prompt_rows, rates_block, rates_data)
+                                   pointer_rows, prompt_rows, protocol_block, rates_block, rates_data)
 from pages.pool_blocks import POOL_FIGURES, draw_boxes, pool_data, pool_files, pool_name, pooled_block
 from pages.published_blocks import (FIGURE_DATA, FIGURE_PNGS, figure_block, figure_tables, measured_block,
                                     published_block)
@@ -101,6 +104,7 @@ BLOCKS: dict[str, Callable[[Path, dict[str, str], Path, dict[Path, Path]], str]]
     "rounding": lambda root, args, page, index: markdown_table(rounding_rows(root, args, page)),
     "rates": lambda root, args, page, index: rates_block(root, page, index),
     "coverage": lambda root, args, page, index: coverage_block(root),
+    "protocol": lambda root, args, page, index: protocol_block(root, args, page),
     "prompts": lambda root, args, page, index: markdown_table(prompt_rows(root)),
     "pointers": lambda root, args, page, index: markdown_table(pointer_rows(root)),
     "modern": lambda root, args, page, index: modern_block(root, args, page),
@@ -133,7 +137,7 @@ def generate(root: Path) -> dict[Path, str]:
     rates = rates_data(root)
     if len(rates):
         studies_in_words = rates["studies"].map(lambda paths: " ".join(map(str, paths)))  # a CSV cell: space-separated
-        out[RATES_DATA] = rates.assign(studies=studies_in_words).to_csv(index=False, float_format="%.4f")
+        out[RATES_DATA] = rates.drop(columns="finals").assign(studies=studies_in_words).to_csv(index=False, float_format="%.4f")
     for study in studies(root):
         table = widths_data(root, study)
         if table is not None:

@@ -1,5 +1,5 @@
-"""The blocks read across every committed study: `rates`, `coverage`, `costs`, `prompts`, `pointers` and the
-trial sweeps' `design`."""
+"""The blocks read across every committed study: `rates`, `coverage`, `protocol`, `costs`, `prompts`, `pointers`
+and the trial sweeps' `design`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from mecheval.training.run_dir import RunDir
 from pages.base import (FIGURE_DIR, PageError, args_text, chosen_studies, interval, markdown_table, num, runs_table,
                         studies, study_link)
 from pages.markup import md_code, md_text
+from pages.protocol import CONSISTENT, HIGHER, LOWER, OPEN, PUBLISHED_N, TAIL, joint_lower, protocol_table
 from pages.rates import (SEEDS_WANTED, bracket_table, committed_runs, coverage_summary, coverage_table, rate_figure,
                          rate_table)
 
@@ -102,6 +103,29 @@ def coverage_block(root: Path) -> str:
     summary = coverage_summary(coverage_table(rates_data(Path(root))))
     return (markdown_table(summary.to_dict("records")) + f"\n\nCompared: a cell with a committed run at the published "
             f"scale; its accuracy is the best rate's (mean over seeds). {RULE}")
+
+
+def protocol_block(root: Path, args: dict[str, str], page: Path) -> str:
+    """The published reading simulated from our runs (`protocol.protocol_table`), for the cells of `task=` (and
+    `grammar=`, where given), with the outcomes counted."""
+    table = protocol_table(rates_data(Path(root)))
+    table = table[(table["task"] == args.get("task", table["task"])) & (table["grammar"] == args.get("grammar", table["grammar"]))]
+    if table.empty:
+        raise PageError(f"{page}: generated block 'protocol {args_text(args)}': no cell with a published value and runs")
+    rows = [{"cell": f"{r.task.upper()}{' ' + r.grammar if r.grammar else ''} {r.arch} d={r.width}",
+             "rates (runs)": r.rates, "published": f"{r.published:.2f}",
+             "the study's reading of our runs [95%]": f"{r.median:.3f} [{r.lo:.3f}, {r.hi:.3f}]",
+             "share ≥ published": f"{r.p_at_least:.3f}", "share ≤ published": f"{r.p_at_most:.3f}",
+             "outcome": r.outcome} for r in table.itertuples()]
+    counts = table["outcome"].value_counts()
+    cells, joint = joint_lower(table)
+    together = (f" Taken together (Fisher's combination of the shares ≥ published over the {cells} cells whose best "
+                f"rate is bracketed and that do not read higher), ours read lower than the study's protocol would "
+                f"with p = {joint:.3f}." if cells > 1 else "")
+    return (f"{len(table)} cells: " + ", ".join(f"{counts.get(o, 0)} {o}" for o in (CONSISTENT, LOWER, HIGHER, OPEN))
+            + f" ({PUBLISHED_N} test examples a reading, the maximum over the rates we ran among those the study "
+            f"swept; a share under {TAIL} on either side decides; `open`: ours lower with the best rate not "
+            f"bracketed).{together}\n\n" + markdown_table(rows))
 
 
 def _design(config) -> dict:

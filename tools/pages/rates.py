@@ -33,7 +33,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from mecheval.interventions.verdict import LABELS  # noqa: E402
 from mecheval.report import published  # noqa: E402
-from mecheval.report.compare import published_accuracy, published_verdict, final_test_accuracy  # noqa: E402
+from mecheval.report.compare import TEST_N, published_accuracy, published_verdict, final_test_accuracy  # noqa: E402
 from mecheval.report.decide import AGREE, DIFFER, compare_accuracy, compare_labels  # noqa: E402
 from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
@@ -49,7 +49,7 @@ HOLDOUT = "task.params.holdout_frac"
 DRAW = "task.params.grammar_draw"  # ATR's grammar: ours from its seed (`mecheval`, the default), or the published one
 BUILD = "model.build"  # the LM as we build it (`mecheval`, the default) or as the study's code does (`study`)
 RATE_COLUMNS = ["task", "grammar", "arch", "width", "lr", "swept", "seeds", "acc", "acc_lo", "acc_hi", "verdict",
-                "verdicts", "published", "best", "rates", "bracketed", "cpu_min", "wall_min", "studies"]
+                "verdicts", "published", "best", "rates", "bracketed", "cpu_min", "wall_min", "finals", "studies"]
 BEYOND_ALPHA = 0.35  # the figure's fill of a rate the study did not sweep for the cell's table
 SEEDS_WANTED = 3  # a cell that still differs at its best rate: read on this many seeds there (issue 53, item 1)
 
@@ -95,7 +95,8 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
     tried none of them), `rates` (how many of the swept rates the cell tried),
     `bracketed` (on each side of the best rate a swept rate tried, or the end of the study's grid: within that
     grid nothing untried can beat it; a rate whose runs diverged is tried, and worse),
-    `cpu_min`, `wall_min` (the median minutes of training a run at that rate, `run_minutes`), `studies` (the sorted
+    `cpu_min`, `wall_min` (the median minutes of training a run at that rate, `run_minutes`), `finals` (each run's
+    final test accuracy and its test examples, (acc, n), the runs that did not diverge), `studies` (the sorted
     studies its runs are of, where `runs` has a `study` column: `rates_data` sets it; else empty)."""
     rows = []
     for key, cell in runs.groupby(CELL, sort=True, dropna=False):
@@ -114,6 +115,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
                             "verdicts": ", ".join(f"{v} {k}" for v, k in counts.items()),
                             "published": np.nan if theirs is None else theirs,
                             "cpu_min": run_minutes(at, "cpu"), "wall_min": run_minutes(at, "wall"),
+                            "finals": tuple((float(a), int(n)) for a, n in at[["acc", TEST_N]].dropna().itertuples(index=False)),
                             "studies": tuple(sorted(at["study"].unique())) if "study" in at else ()})
         in_grid = cell["optim.lr"].map(lambda lr: published.swept(task, arch, lr))
         eligible = cell[in_grid] if in_grid.any() else cell
