@@ -13,7 +13,8 @@ from pages.rates import rate_table
 def _rates(rows, task="atr"):
     """`rate_table` of finished runs (arch, width, lr, seed, acc) on ATR easy (or AR), 1,024 test examples each."""
     return rate_table(pd.DataFrame([{"task.name": task, "grammar": "easy" if task == "atr" else "", "arch": arch,
-                                     "arch_name": arch.split(" ")[0], "arch_conv": None, "model.d_model": w,
+                                     "arch_name": arch.split(" ")[0], "model.d_model": w,
+                                     "arch_conv": int(arch[-2]) if arch.startswith("mamba (d_conv") else None,
                                      "optim.lr": lr, "seed": seed, "acc": acc, "eval.size": 1024, "verdict": "induction"}
                                     for arch, w, lr, seed, acc in rows]))
 
@@ -58,3 +59,10 @@ def test_cells_each_near_the_edge_together_read_lower():
     assert (table["outcome"] == CONSISTENT).all()
     cells, p = joint_lower(table)
     assert cells == 2 and p < table["p_at_least"].min()
+
+
+def test_a_published_upper_bound_agrees_with_any_reading_below_it():
+    [row] = protocol_table(_rates([("mamba (d_conv 0)", 64, 1e-2, 0, 0.0)], task="ar")).to_dict("records")  # ≤ .06
+    assert row["bound"] and row["p_at_least"] == 1.0 and row["outcome"] == CONSISTENT
+    [row] = protocol_table(_rates([("mamba (d_conv 0)", 64, 1e-2, 0, 0.5)], task="ar")).to_dict("records")
+    assert row["outcome"] == HIGHER

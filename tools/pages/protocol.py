@@ -8,7 +8,8 @@ random, its accuracy drawn from its own uncertainty (Jeffreys: Beta(k + ½, n �
 320 examples drawn at it; the reading is the maximum over the rates. It answers whether the published value is
 what the published protocol would read on models like ours, selection over rates and a small test set included:
 `p_at_least` is the share of draws that round (two decimals, as the value was read) to the published value or
-above, `p_at_most` to it or below.
+above, `p_at_most` to it or below. Where the published value is an upper bound (`published.UPPER_BOUNDS`: "≤ .06"),
+any reading below it agrees (`p_at_least` is 1).
 
 Rates we did not try can only raise the maximum: where ours reads lower (`p_at_least` < 2.5%) and the best rate is
 not bracketed, an untried rate may close the gap (`open`); where ours reads higher, untried rates cannot lower it.
@@ -21,6 +22,8 @@ import zlib
 import numpy as np
 import pandas as pd
 from scipy.stats import combine_pvalues
+
+from mecheval.report import published
 
 PUBLISHED_N = 320  # the test examples each published accuracy was read on
 TAIL = 0.025  # a two-sided 5% test: the published value in either 2.5% tail of the simulated readings
@@ -57,26 +60,27 @@ def protocol_table(rates: pd.DataFrame, draws: int = 20_000, seed: int = 0) -> p
             continue
         rng = np.random.default_rng([seed, zlib.crc32(f"{task}|{grammar}|{arch}|{width}".encode())])
         reading = simulated_readings(list(used["finals"]), draws, rng)
-        at_least = float(np.mean(reading >= theirs - ROUNDING))
+        bound = arch in published.UPPER_BOUNDS  # "≤ value": any reading below it agrees
+        at_least = 1.0 if bound else float(np.mean(reading >= theirs - ROUNDING))
         at_most = float(np.mean(reading < theirs + ROUNDING))
         bracketed = bool(cell.loc[cell["best"], "bracketed"].iloc[0])
         outcome = (HIGHER if at_most < TAIL else CONSISTENT if at_least >= TAIL else LOWER if bracketed else OPEN)
         lo, median, hi = np.quantile(reading, [TAIL, 0.5, 1 - TAIL])
-        rows.append({"task": task, "grammar": grammar, "arch": arch, "width": int(width), "bracketed": bracketed,
+        rows.append({"task": task, "grammar": grammar, "arch": arch, "width": int(width), "bracketed": bracketed, "bound": bound,
                      "rates": ", ".join(f"{r.lr:g}" + (f" ×{len(r.finals)}" if len(r.finals) > 1 else "")
                                         for r in used.itertuples()),
                      "median": float(median), "lo": float(lo), "hi": float(hi), "published": float(theirs),
                      "p_at_least": at_least, "p_at_most": at_most, "outcome": outcome})
-    return pd.DataFrame(rows, columns=["task", "grammar", "arch", "width", "bracketed", "rates", "median", "lo", "hi",
+    return pd.DataFrame(rows, columns=["task", "grammar", "arch", "width", "bracketed", "bound", "rates", "median", "lo", "hi",
                                        "published", "p_at_least", "p_at_most", "outcome"])
 
 
 def joint_lower(table: pd.DataFrame) -> tuple[int, float]:
-    """(cells, p): Fisher's combination of `p_at_least` over the cells of `protocol_table` whose best rate is
-    bracketed (an untried rate could raise an unbracketed cell's reading, so its share is only a lower bound) and
+    """(cells, p): Fisher's combination of `p_at_least` over the cells of `protocol_table` (not upper bounds) whose
+    best rate is bracketed (an untried rate could raise an unbracketed cell's reading, so its share is only a lower bound) and
     that do not read higher: whether, taken together, ours read lower than the published protocol would. (0, NaN)
     where no cell qualifies."""
-    shares = table.loc[table["bracketed"] & (table["outcome"] != HIGHER), "p_at_least"]
+    shares = table.loc[table["bracketed"] & ~table["bound"] & (table["outcome"] != HIGHER), "p_at_least"]
     if shares.empty:
         return 0, float("nan")
     return len(shares), float(combine_pvalues(shares.clip(lower=1 / 1e6), method="fisher").pvalue)

@@ -46,6 +46,10 @@ MAMBA_AR_BY_CONV: dict[int, dict[int, float]] = {
     4: AR_ACCURACY["mamba"],
 }
 
+# The cells whose published value is an upper bound (the study writes "≤": these fail AR), by `arch_label`.
+UPPER_BOUNDS = frozenset({"mamba (d_conv 0)", "mamba (d_conv 1)", "based (d_conv 1)", "based (d_conv long)",
+                          "attention (1 layer)", "attention (no positions)"})
+
 # Based AR accuracy by the layer-0 convolution.
 BASED_AR_BY_CONV: dict[int | str, dict[int, float]] = {
     1: dict.fromkeys(WIDTHS, 0.06),
