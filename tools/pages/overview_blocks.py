@@ -121,7 +121,7 @@ def protocol_block(root: Path, args: dict[str, str], page: Path) -> str:
     cells, joint = joint_lower(table)
     together = (f" Taken together (Fisher's combination of the shares ≥ published over the {cells} cells whose best "
                 f"rate is bracketed and that do not read higher), ours read lower than the study's protocol would "
-                f"with p = {joint:.3f}." if cells > 1 else "")
+                f"with p {'< 0.001' if joint < 0.001 else f'= {joint:.3f}'}." if cells > 1 else "")
     return (f"{len(table)} cells: " + ", ".join(f"{counts.get(o, 0)} {o}" for o in (CONSISTENT, LOWER, HIGHER, OPEN))
             + f" ({PUBLISHED_N} test examples a reading, the maximum over the rates we ran among those the study "
             f"swept; a share under {TAIL} on either side decides; `open`: ours lower with the best rate not "
