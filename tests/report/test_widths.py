@@ -43,6 +43,17 @@ def test_comparison_is_decided_by_the_difference_interval_against_a_margin(ours,
     assert compare_accuracy(ours, lo, hi, theirs) == expected
 
 
+@pytest.mark.parametrize("ours, lo, hi, expected", [
+    (0.00, 0.00, 0.004, "agree"),      # under the study's "≤ .06": as published, however far under
+    (0.08, 0.06, 0.10, "agree"),       # above the bound by less than the margin
+    (0.30, 0.27, 0.33, "differ"),      # wholly above bound + margin
+    (0.10, 0.08, 0.13, "inconclusive"),  # reaching past bound + margin
+])
+def test_a_published_upper_bound_agrees_with_anything_below_it(ours, lo, hi, expected):
+    assert compare_accuracy(ours, lo, hi, 0.06, bound=True) == expected
+    assert compare_accuracy(0.00, 0.00, 0.004, 0.06) == "inconclusive"  # read as a value, 0.06 [0.04, 0.09] is not 0
+
+
 def test_the_difference_interval_combines_ours_with_the_published_sampling_error():
     diff, d_lo, d_hi = difference_interval(0.68, 0.62, 0.74, 0.77)
     p_lo, p_hi = published_interval(0.77)

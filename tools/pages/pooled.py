@@ -96,8 +96,9 @@ def pooled_summary(df: pd.DataFrame) -> pd.DataFrame:
             row["grammar"] = grammar
         row |= {"lr": f"{r['optim.lr']:g}", "seeds": r["seed_list"], "acc read [95% CI]": with_interval(acc, lo, hi),
                 "test acc [95% CI]": with_interval(test, test_lo, test_hi),
-                "published [95% CI, n = 320]": published_words(theirs),
-                "comparison": compare_accuracy(test, test_lo, test_hi, theirs) or "–", "verdicts": r["verdicts"] or "–"}
+                "published [95% CI, n = 320]": (f"≤ {theirs:.2f}" if r["arch"] in published.UPPER_BOUNDS
+                                                else published_words(theirs)),
+                "comparison": compare_accuracy(test, test_lo, test_hi, theirs, r["arch"] in published.UPPER_BOUNDS) or "–", "verdicts": r["verdicts"] or "–"}
         learned = shows_attributions(r["verdict"])  # the most common verdict over seeds
         for pos in POSITIONS:
             median = published_attribution(tasks[r["arch"]], grammar if grammar == grammar else None, r["arch"], pos)

@@ -169,7 +169,8 @@ def bracket_table(rates: pd.DataFrame, link: Callable[[Path], str] = str) -> pd.
     rows = []
     for (task, grammar, arch, width), cell in rates.groupby(["task", "grammar", "arch", "width"], sort=True):
         best = cell[cell["best"]].iloc[0]
-        accuracy = compare_accuracy(best["acc"], best["acc_lo"], best["acc_hi"], best["published"])
+        accuracy = compare_accuracy(best["acc"], best["acc_lo"], best["acc_hi"], best["published"],
+                                    arch in published.UPPER_BOUNDS)
         if accuracy in ("", AGREE):
             continue
         theirs = published_verdict(task, arch)
@@ -246,7 +247,8 @@ def coverage_table(rates: pd.DataFrame) -> pd.DataFrame:
         if key in best.index:
             b = best.loc[key]
             row |= {k: b[k] for k in ("rates", "bracketed", "lr", "seeds", "acc", "acc_lo", "acc_hi")}
-            row["comparison"] = compare_accuracy(b["acc"], b["acc_lo"], b["acc_hi"], cell["published"])
+            row["comparison"] = compare_accuracy(b["acc"], b["acc_lo"], b["acc_hi"], cell["published"],
+                                                 cell["arch"] in published.UPPER_BOUNDS)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -81,17 +81,21 @@ def difference_interval(ours: float, lo: float, hi: float, theirs: float,
     return (diff, diff - math.hypot(ours - lo, p_hi - theirs), diff + math.hypot(hi - ours, theirs - p_lo))
 
 
-def compare_accuracy(ours: float, lo: float, hi: float, theirs: float | None) -> str:
+def compare_accuracy(ours: float, lo: float, hi: float, theirs: float | None, bound: bool = False) -> str:
     """Our accuracy `ours` (its 95% interval [lo, hi]) against a published one, by the difference's interval
     (`difference_interval`) against MARGIN_CMP: `agree` where it lies within ±MARGIN_CMP, `differ` where it lies
     wholly outside (beyond +MARGIN_CMP or below −MARGIN_CMP), else `inconclusive`, and where we have no
     interval. No threshold makes two accuracies agree (both high, both low). The published value's own
     interval (n = 320) is wider than the margin where it lies between about 0.3 and 0.7: there two
-    accuracies can differ or be inconclusive, not agree. Blank where the study publishes no value."""
+    accuracies can differ or be inconclusive, not agree. `bound`: the published value is an upper bound (the
+    study's "≤ .06", `published.UPPER_BOUNDS`): ours agrees where its interval lies below the bound + MARGIN_CMP,
+    differs where it lies wholly above it. Blank where the study publishes no value."""
     if _missing(theirs):
         return ""
     if _missing(ours, lo, hi):
         return INCONCLUSIVE
+    if bound:
+        return AGREE if hi - theirs <= MARGIN_CMP else DIFFER if lo - theirs > MARGIN_CMP else INCONCLUSIVE
     _, d_lo, d_hi = difference_interval(ours, lo, hi, theirs)
     if -MARGIN_CMP <= d_lo and d_hi <= MARGIN_CMP:
         return AGREE

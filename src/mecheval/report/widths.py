@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator
 
+from mecheval.report import published
 from mecheval.report.compare import cell_runs, published_accuracy, published_words, final_test_accuracy
 from mecheval.report.decide import HIGH_ACC, POOR_ACC, compare_accuracy
 from mecheval.report.overview import GRAMMAR, with_interval
@@ -69,7 +70,8 @@ def width_table(summary: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
             rows.append({"panel": panel(arch, name, conv), "arch": arch + (f" · {grammar}" if several else ""),
                          "width": width, "seeds": 0 if row is None else int(row["seeds"]), "acc": acc,
                          "acc_lo": lo, "acc_hi": hi, "published": float("nan") if theirs is None else float(theirs),
-                         "comparison": "" if row is None else compare_accuracy(acc, lo, hi, theirs)})
+                         "comparison": "" if row is None else compare_accuracy(acc, lo, hi, theirs,
+                                                                                     arch in published.UPPER_BOUNDS)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
