@@ -66,3 +66,9 @@ def test_a_published_upper_bound_agrees_with_any_reading_below_it():
     assert row["bound"] and row["p_at_least"] == 1.0 and row["outcome"] == CONSISTENT
     [row] = protocol_table(_rates([("mamba (d_conv 0)", 64, 1e-2, 0, 0.5)], task="ar")).to_dict("records")
     assert row["outcome"] == HIGHER
+
+
+def test_a_held_out_cell_is_not_simulated():
+    rates = _rates([("attention", 64, 1e-3, 0, 0.60)])
+    rates["grammar"] = "easy held-out"
+    assert protocol_table(rates).empty  # published at the rate best on the in-distribution split, not its own maximum
