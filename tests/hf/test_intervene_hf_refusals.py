@@ -8,8 +8,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.hf.conftest import tiny
-
 from mecheval.cli import app
 
 tr = pytest.importorskip("transformers")  # the optional extra `hf`: these tests skip without it

@@ -40,7 +40,7 @@ def test_the_study_figure_is_one_legible_figure_per_task_and_scale():
     (12 px at 96 dpi), and no two tick labels of a panel overlapping."""
     from matplotlib.text import Text
 
-    from pages.study_figure import FIGURE_WIDTH_IN, groups, study_panels
+    from pages.study_figure import groups, study_panels
 
     rows = [{"task": t, "scale": s, "arch": a, "quantity": q, "source": src, "value": v, "run": ""}
             for t, s in (("ar", "paper-d64"), ("atr", "cpu")) for a in ("attention", "mamba (d_conv 0)", "based")

@@ -4,7 +4,6 @@ import json
 
 import pandas as pd
 import pytest
-import torch
 
 from mecheval import load_run
 from mecheval.report.fit import FITS_ONLY, any_fits_only, fit_table, training_accuracy

@@ -86,7 +86,6 @@ def write_examples(run_dir: Path, n: int, seed: int = 0, split: str = "test") ->
 VERDICT_RULES = 5
 VERDICT = "verdict.json"
 SPLITS = "splits"  # RUN/splits/<split>/: the readouts of a further split (e.g. ATR's held-out pairs), read as the test split is
-NUMBER = (int, float)
 VERDICT_FIELDS = {"verdict": str, "detail": str, "effect": NUMBER, "layer": int, "site": str, "n": int,
                   "attrib@key": NUMBER, "attrib@value": NUMBER, "attrib@query": NUMBER}  # what readers rely on
 NUMERIC_FIELDS = ("effect", "attrib@", "window@", "acc_", "n_", "seen_share")  # verdict.json fields read as numbers

@@ -176,7 +176,7 @@ def render(tables: Tables) -> Report:
 
 def sections(tables: Tables) -> list[Section]:
     """The report's sections after its summary, each a table for people (the empty optional ones left out)."""
-    df, best = tables.study.runs, tables.best
+    df = tables.study.runs
     left_out = tables.left_out
     out = [
         Section("Findings", "The published findings this study tests, checked on the best-learning-rate runs "

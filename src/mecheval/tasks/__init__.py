@@ -4,4 +4,4 @@ from mecheval.tasks.base import Task
 from mecheval.tasks.batch import Batch, length_groups
 from mecheval.tasks.registry import TASKS, chance_accuracy, make_task
 
-__all__ = ["Batch", "Task", "TASKS", "length_groups", "make_task"]
+__all__ = ["Batch", "Task", "TASKS", "chance_accuracy", "length_groups", "make_task"]

@@ -32,7 +32,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from mecheval.models.ops.chunks import chunk_grid, into_chunks
 
