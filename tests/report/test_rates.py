@@ -204,18 +204,3 @@ def test_the_grid_follows_the_study_s_sweep_per_table():
     assert swept_rates("ar", "mamba (d_conv 2)")[-1] == 3e-2 and swept_rates("ar", "attention (1 layer)")[-1] == 3e-2
     assert swept_rates("ar", "based (d_conv 2)")[-1] == swept_rates("ar", "based (positions)")[-1] == 3e-3
     assert swept_rates("atr", "mamba")[-1] == 3e-3 and len(swept_rates("ar", "hyena")) == 7
-
-
-def test_a_held_out_cell_s_rate_is_chosen_on_the_test_split_as_the_study_chose_it():
-    """The study read a held-out accuracy at the rate best on its in-distribution dev split, not at the rate whose
-    held-out accuracy is highest."""
-    from pages.rates import committed_runs
-
-    def run(lr, test, heldout):
-        return {"status": "done", "task.name": "atr", "task.params.grammar": "easy", "task.params.holdout_frac": 0.2,
-                "arch": "attention", "arch_name": "attention", "arch_conv": None, "model.d_model": 64, "optim.lr": lr,
-                "seed": 0, "acc": test, "acc_heldout": heldout, "eval.size": 1024, "verdict": "induction"}
-
-    table = rate_table(committed_runs([pd.DataFrame([run(1e-3, 0.92, 0.55), run(3e-3, 0.88, 0.62)])])).set_index("lr")
-    assert table.loc[1e-3, "best"] and table.loc[1e-3, "acc"] == 0.55  # compared on its held-out pairs
-    assert table.loc[1e-3, "grammar"] == "easy held-out"

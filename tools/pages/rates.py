@@ -44,7 +44,6 @@ from mecheval.training.config import ADDED_LATER  # noqa: E402
 
 CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
 NO_VERDICT = "not read"
-SELECT = "acc_select"  # the accuracy a cell's best rate is chosen on: the test split's, also for a held-out cell
 HELDOUT = " held-out"  # the grammar suffix of a generalisation run's cell (read on its held-out pairs)
 HOLDOUT = "task.params.holdout_frac"
 DRAW = "task.params.grammar_draw"  # ATR's grammar: ours from its seed (`mecheval`, the default), or the published one
@@ -59,9 +58,7 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """The finished and the diverged runs of several studies' `results.study_table(every_run=True)` as one table
     (a diverged run: no accuracy, verdict `diverged`), a run committed in two studies (same cell, rate, seed and
     final accuracy) counted once, runs on the published ATR grammar left out and a held-out cell read on the published
-    generalisation language where it has runs there (module docstring); `grammar` is the ATR grammar ("" for AR);
-    `acc` the accuracy compared (a held-out cell's: on its held-out pairs), `acc_select` the one its best rate is
-    chosen on (the test split's: the study chose a held-out cell's rate by its in-distribution dev accuracy)."""
+    generalisation language where it has runs there (module docstring); `grammar` is the ATR grammar ("" for AR)."""
     if not tables:
         return pd.DataFrame(columns=[*CELL, "optim.lr", "seed", "acc"])
     df = pd.concat(tables, ignore_index=True)
@@ -71,7 +68,6 @@ def committed_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
     grammar = df[GRAMMAR].fillna("easy") if GRAMMAR in df else pd.Series("easy", index=df.index)
     held = df[HOLDOUT].fillna(0) > 0 if HOLDOUT in df else pd.Series(False, index=df.index)
     df["grammar"] = (grammar + np.where(held, HELDOUT, "")).where(df["task.name"] == "atr", "")
-    df[SELECT] = df["acc"]  # the rate is chosen on the test split, as the study chose it (by its dev split)
     if "acc_heldout" in df:  # a generalisation run is compared on its held-out pairs
         df["acc"] = df["acc_heldout"].where(held, df["acc"])
     on_language = draw[df.index].isin(SPLIT_DRAWS)  # the published generalisation language (held-out cells only)
@@ -95,7 +91,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
     `published.swept_rates`), `seeds` (distinct seeds), `acc` (mean over its runs that did not
     diverge; NaN where every one did), `verdict` (the most common; `not read` where none was, `diverged`), `verdicts` (counts in words), `published` (the study's accuracy, NaN
     where none), `best` (among the swept rates, like for like with the published best, the one with the highest
-    mean accuracy on the seeds every swept rate ran, the test split's (`acc_select`) where `runs` has it, as `sweeps.table.best_lr` chooses; among all where the cell
+    mean accuracy on the seeds every swept rate ran, as `sweeps.table.best_lr` chooses; among all where the cell
     tried none of them), `rates` (how many of the swept rates the cell tried),
     `bracketed` (on each side of the best rate a swept rate tried, or the end of the study's grid: within that
     grid nothing untried can beat it; a rate whose runs diverged is tried, and worse),
@@ -123,8 +119,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
                             "studies": tuple(sorted(at["study"].unique())) if "study" in at else ()})
         in_grid = cell["optim.lr"].map(lambda lr: published.swept(task, arch, lr))
         eligible = cell[in_grid] if in_grid.any() else cell
-        chosen_on = SELECT if SELECT in eligible and eligible[SELECT].notna().any() else "acc"
-        [best_rate] = best_rates(eligible, pd.Series("", index=eligible.index), chosen_on)  # as `best_lr` chooses it
+        [best_rate] = best_rates(eligible, pd.Series("", index=eligible.index), "acc")  # as `best_lr` chooses it
         tried = sorted(r["lr"] for r in by_rate if r["swept"])
         best = float(best_rate)
         bracketed = ((tried[0] < best or best <= grid[0] * 1.000001) and (tried[-1] > best or best >= grid[-1] * 0.999999)
