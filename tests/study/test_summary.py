@@ -80,12 +80,12 @@ def test_published_accuracy_reads_the_width_grammar_and_conv():
     from mecheval.report import published
     from mecheval.report.compare import published_accuracy
 
-    assert published_accuracy("atr", "easy", "mamba", None, 64) == 0.96
-    assert published_accuracy("atr", None, "attention", None, 64) == 0.94  # the easy grammar by default
+    assert published_accuracy("atr", "easy", "mamba", None, 64) == 308 / 320  # the study's 96.25%, exact
+    assert published_accuracy("atr", None, "attention", None, 64) == 300 / 320  # the easy grammar by default
     assert published_accuracy("atr", "medium", "h3", None, 64) is None  # not reported
     assert published_accuracy("ar", None, "mamba", 3, 64) == 0.91
     assert published_accuracy("ar", None, "based", "long", 64) == published.BASED_AR_BY_CONV["long"][64]
-    assert published_accuracy("ar", None, "hyena", None, 256) == 0.30
+    assert published_accuracy("ar", None, "hyena", None, 256) == 95 / 320  # 29.69%
     assert published_accuracy("ar", None, "mamba2", None, 64) is None  # a plug-in: nothing published
 
 
@@ -114,7 +114,7 @@ def test_held_out_readouts_are_averaged_and_compared_with_the_published_by_inter
     rows["heldout.attrib@value"] = [1.3, 1.4, 1.5, 0.0, 0.01, 0.02]
     summary = summarise(rows)
     np.testing.assert_allclose(summary["heldout.acc_all"], [0.60, 0.22])
-    assert summary["published_heldout_acc"].tolist() == [0.60, 0.47]
+    assert summary["published_heldout_acc"].tolist() == [192 / 320, 149 / 320]  # 60.00%, 46.56%
     # .60 inside ours, but its own interval on 320 examples is wider than the margin; .47 far above [0.20, 0.24]
     assert summary["heldout_agree"].tolist() == ["inconclusive", "differ"]
     np.testing.assert_allclose(summary["heldout.attrib@value"], [1.4, 0.01])

@@ -7,8 +7,8 @@ at one rate. `protocol_table` draws that reading from our runs: per rate we trie
 random, its accuracy drawn from its own uncertainty (Jeffreys: Beta(k + ½, n − k + ½) over its n test examples),
 320 examples drawn at it; the reading is the maximum over the rates. It answers whether the published value is
 what the published protocol would read on models like ours, selection over rates and a small test set included:
-`p_at_least` is the share of draws that round (two decimals, as the value was read) to the published value or
-above, `p_at_most` to it or below. Where the published value is an upper bound (`published.UPPER_BOUNDS`: "≤ .06"),
+`p_at_least` is the share of draws at the published value or above, `p_at_most` at it or below: exactly, where the
+value is a share of 320 (`published.of_320`), else as it rounds to two decimals (a value read off a plot). Where the published value is an upper bound (`published.UPPER_BOUNDS`: "≤ .06"),
 any reading below it agrees (`p_at_least` is 1).
 
 A held-out cell is left out: its published value was read at the rate that was best on the in-distribution split,
@@ -27,11 +27,11 @@ import pandas as pd
 from scipy.stats import combine_pvalues
 
 from mecheval.report import published
+from mecheval.report.published import PUBLISHED_N
 from pages.rates import HELDOUT
 
-PUBLISHED_N = 320  # the test examples each published accuracy was read on
 TAIL = 0.025  # a two-sided 5% test: the published value in either 2.5% tail of the simulated readings
-ROUNDING = 0.005  # a published value is the reading rounded to two decimals
+ROUNDING = 0.005  # a published value read off a plot: the reading rounded to two decimals
 CONSISTENT, LOWER, HIGHER, OPEN = "consistent", "ours lower", "ours higher", "open"
 
 
@@ -65,8 +65,9 @@ def protocol_table(rates: pd.DataFrame, draws: int = 20_000, seed: int = 0) -> p
         rng = np.random.default_rng([seed, zlib.crc32(f"{task}|{grammar}|{arch}|{width}".encode())])
         reading = simulated_readings(list(used["finals"]), draws, rng)
         bound = arch in published.UPPER_BOUNDS  # "≤ value": any reading below it agrees
-        at_least = 1.0 if bound else float(np.mean(reading >= theirs - ROUNDING))
-        at_most = float(np.mean(reading < theirs + ROUNDING))
+        slack = 1e-9 if abs(theirs * PUBLISHED_N - round(theirs * PUBLISHED_N)) < 1e-6 else ROUNDING  # exact, or read
+        at_least = 1.0 if bound else float(np.mean(reading >= theirs - slack))
+        at_most = float(np.mean(reading <= theirs + slack))
         bracketed = bool(cell.loc[cell["best"], "bracketed"].iloc[0])
         outcome = (HIGHER if at_most < TAIL else CONSISTENT if at_least >= TAIL else LOWER if bracketed else OPEN)
         lo, median, hi = np.quantile(reading, [TAIL, 0.5, 1 - TAIL])
