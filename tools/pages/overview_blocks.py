@@ -113,7 +113,7 @@ def protocol_block(root: Path, args: dict[str, str], page: Path) -> str:
     if table.empty:
         raise PageError(f"{page}: generated block 'protocol {args_text(args)}': no cell with a published value and runs")
     rows = [{"cell": f"{r.task.upper()}{' ' + r.grammar if r.grammar else ''} {r.arch} d={r.width}",
-             "rates (runs)": r.rates, "published": f"{'≤ ' if r.bound else ''}{r.published:.2f}",
+             "rates (runs)": r.rates, "published": f"{'≤ ' if r.bound else ''}{r.published:.4g}",
              "the study's reading of our runs [95%]": f"{r.median:.3f} [{r.lo:.3f}, {r.hi:.3f}]",
              "share ≥ published": f"{r.p_at_least:.3f}", "share ≤ published": f"{r.p_at_most:.3f}",
              "outcome": r.outcome} for r in table.itertuples()]
