@@ -13,21 +13,22 @@ WIDTHS = (16, 32, 64, 128, 256)
 PUBLISHED_N = 320  # the test examples behind each published accuracy
 
 
-def of_320(*percents: float) -> tuple[float, ...]:
-    """Published accuracies as the study's notebook prints them (`notebooks/Sweep.ipynb` at 7e9ded8: percentages to
-    two decimals) made exact: each is a share of its 320 test examples, k / 320."""
-    return tuple(round(p * PUBLISHED_N / 100) / PUBLISHED_N for p in percents)
+def of_320(rows: dict[str, tuple[float, ...]]) -> dict[str, dict[int, float]]:
+    """arch -> width -> accuracy, from the study's notebook output (`notebooks/Sweep.ipynb` at 7e9ded8: percentages to
+    two decimals, one per width of WIDTHS) made exact: each a share of its 320 test examples, k / 320."""
+    return {arch: {w: round(p * PUBLISHED_N / 100) / PUBLISHED_N for w, p in zip(WIDTHS, percents)}
+            for arch, percents in rows.items()}
 
 
-# AR accuracy, 2 layers, by architecture and width (exact: `of_320`).
-AR_ACCURACY: dict[str, dict[int, float]] = {
-    "attention": dict(zip(WIDTHS, of_320(6.56, 100.00, 100.00, 100.00, 100.00))),
-    "based": dict(zip(WIDTHS, of_320(24.38, 93.12, 99.06, 98.75, 99.06))),
-    "mamba": dict(zip(WIDTHS, of_320(10.00, 76.88, 80.62, 89.69, 91.25))),
-    "hyena": dict(zip(WIDTHS, of_320(0.62, 0.94, 2.81, 13.75, 29.69))),
-    "baseconv": dict(zip(WIDTHS, of_320(0.00, 0.94, 3.75, 6.56, 9.69))),
-    "h3": dict(zip(WIDTHS, of_320(0.94, 0.62, 1.88, 2.50, 1.56))),
-}
+# AR accuracy, 2 layers, by architecture and width (exact: `of_320`, percentages).
+AR_ACCURACY: dict[str, dict[int, float]] = of_320({
+    "attention": (6.56, 100.00, 100.00, 100.00, 100.00),
+    "based": (24.38, 93.12, 99.06, 98.75, 99.06),
+    "mamba": (10.00, 76.88, 80.62, 89.69, 91.25),
+    "hyena": (0.62, 0.94, 2.81, 13.75, 29.69),
+    "baseconv": (0.00, 0.94, 3.75, 6.56, 9.69),
+    "h3": (0.94, 0.62, 1.88, 2.50, 1.56),
+})
 
 # AR accuracy of the other depths and position embeddings (the study's appendix; labels as `arch_label` writes
 # them), where it states a number: 1 layer "everything fails except Mamba ... and Hyena at d = 256; attention
@@ -70,29 +71,29 @@ BASED_AR_BY_CONV: dict[int | str, dict[int, float]] = {
 
 # ATR accuracy by grammar, architecture and width (exact: `of_320`; H3 has no medium runs).
 ATR_ACCURACY: dict[str, dict[str, dict[int, float]]] = {
-    "easy": {
-        "attention": dict(zip(WIDTHS, of_320(68.44, 90.31, 93.75, 95.31, 96.25))),
-        "mamba": dict(zip(WIDTHS, of_320(91.25, 94.38, 96.25, 96.88, 96.25))),
-        "based": dict(zip(WIDTHS, of_320(82.19, 91.25, 91.88, 93.12, 92.19))),
-        "h3": dict(zip(WIDTHS, of_320(81.88, 87.81, 90.00, 94.06, 94.06))),
-        "hyena": dict(zip(WIDTHS, of_320(75.94, 80.94, 85.31, 92.50, 93.75))),
-        "baseconv": dict(zip(WIDTHS, of_320(67.50, 75.62, 82.50, 86.88, 90.00))),
-    },
-    "large_vocab": {
-        "attention": dict(zip(WIDTHS, of_320(72.50, 84.06, 89.38, 86.88, 86.56))),
-        "mamba": dict(zip(WIDTHS, of_320(70.31, 78.12, 87.19, 87.19, 88.44))),
-        "based": dict(zip(WIDTHS, of_320(68.44, 83.12, 86.56, 87.50, 86.56))),
-        "h3": dict(zip(WIDTHS, of_320(49.38, 63.44, 72.50, 75.94, 76.25))),
-        "hyena": dict(zip(WIDTHS, of_320(45.94, 57.81, 64.69, 69.06, 70.00))),
-        "baseconv": dict(zip(WIDTHS, of_320(42.50, 46.56, 55.94, 59.69, 66.25))),
-    },
-    "medium": {
-        "attention": dict(zip(WIDTHS, of_320(50.94, 56.88, 75.62, 80.62, 80.94))),
-        "mamba": dict(zip(WIDTHS, of_320(77.19, 87.81, 86.25, 90.00, 92.19))),
-        "based": dict(zip(WIDTHS, of_320(63.12, 71.56, 70.00, 70.94, 73.12))),
-        "hyena": dict(zip(WIDTHS, of_320(57.81, 63.75, 62.50, 66.25, 68.44))),
-        "baseconv": dict(zip(WIDTHS, of_320(55.94, 61.56, 65.31, 70.62, 68.75))),
-    },
+    "easy": of_320({
+        "attention": (68.44, 90.31, 93.75, 95.31, 96.25),
+        "mamba": (91.25, 94.38, 96.25, 96.88, 96.25),
+        "based": (82.19, 91.25, 91.88, 93.12, 92.19),
+        "h3": (81.88, 87.81, 90.00, 94.06, 94.06),
+        "hyena": (75.94, 80.94, 85.31, 92.50, 93.75),
+        "baseconv": (67.50, 75.62, 82.50, 86.88, 90.00),
+    }),
+    "large_vocab": of_320({
+        "attention": (72.50, 84.06, 89.38, 86.88, 86.56),
+        "mamba": (70.31, 78.12, 87.19, 87.19, 88.44),
+        "based": (68.44, 83.12, 86.56, 87.50, 86.56),
+        "h3": (49.38, 63.44, 72.50, 75.94, 76.25),
+        "hyena": (45.94, 57.81, 64.69, 69.06, 70.00),
+        "baseconv": (42.50, 46.56, 55.94, 59.69, 66.25),
+    }),
+    "medium": of_320({
+        "attention": (50.94, 56.88, 75.62, 80.62, 80.94),
+        "mamba": (77.19, 87.81, 86.25, 90.00, 92.19),
+        "based": (63.12, 71.56, 70.00, 70.94, 73.12),
+        "hyena": (57.81, 63.75, 62.50, 66.25, 68.44),
+        "baseconv": (55.94, 61.56, 65.31, 70.62, 68.75),
+    }),
 }
 
 # ATR attributions as published: medians over runs, corrupt key, residual entering layer 1, per grammar
@@ -140,14 +141,14 @@ AR_ATTRIBUTION: dict[str, dict[str, float | None]] = {
 
 # ATR generalisation: accuracy on the held-out (query, target) pairs, at the rate best by dev accuracy, by width
 # (exact: `of_320`).
-ATR_HELDOUT: dict[str, dict[int, float]] = {
-    "attention": dict(zip(WIDTHS, of_320(35.00, 53.44, 60.00, 68.12, 68.12))),
-    "mamba": dict(zip(WIDTHS, of_320(52.50, 32.50, 46.56, 59.38, 65.00))),
-    "h3": dict(zip(WIDTHS, of_320(47.81, 44.06, 49.38, 54.37, 56.88))),
-    "based": dict(zip(WIDTHS, of_320(35.62, 42.50, 48.44, 46.25, 47.19))),
-    "hyena": dict(zip(WIDTHS, of_320(24.06, 13.44, 34.06, 42.81, 45.31))),
-    "baseconv": dict(zip(WIDTHS, of_320(23.75, 16.56, 19.69, 24.06, 27.19))),
-}
+ATR_HELDOUT: dict[str, dict[int, float]] = of_320({
+    "attention": (35.00, 53.44, 60.00, 68.12, 68.12),
+    "mamba": (52.50, 32.50, 46.56, 59.38, 65.00),
+    "h3": (47.81, 44.06, 49.38, 54.37, 56.88),
+    "based": (35.62, 42.50, 48.44, 46.25, 47.19),
+    "hyena": (24.06, 13.44, 34.06, 42.81, 45.31),
+    "baseconv": (23.75, 16.56, 19.69, 24.06, 27.19),
+})
 # ATR generalisation: attrib@value on the held-out split (corrupt the key), one figure per architecture
 # (width not stated); "others ≈ 0" as 0.0
 ATR_HELDOUT_VALUE: dict[str, float] = {"attention": 1.22, "based": 0.87, "mamba": 0.0, "h3": 0.0, "hyena": 0.0,
