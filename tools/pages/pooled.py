@@ -24,6 +24,7 @@ from mecheval.report.figures import POSITIONS
 from mecheval.report.overview import GRAMMAR, by_grammar, shown_accuracy, with_interval
 from mecheval.report.results import HELDOUT_READ_ACC, HELDOUT_VALUE, study_table
 from mecheval.sweeps.table import DIVERGED, SEED, as_text, best_lr, collect, config_columns
+from pages.rates import swept_where_tried
 
 STUDY = "study"  # the column naming the study a pooled run was read from
 
@@ -44,21 +45,11 @@ def pooled_table(study_dirs: list[Path]) -> pd.DataFrame:
     config = config_columns(raw)
     keep = ~as_text(raw.drop(columns="name")).duplicated()  # the same config and summary: one run, copied
     raw, df = raw[keep].reset_index(drop=True), df[keep].reset_index(drop=True)
-    eligible = _swept_where_tried(df)
+    eligible = swept_where_tried(df, [c for c in ("arch", "model.d_model", GRAMMAR) if c in df])
     best = best_lr(raw[eligible].assign(name=df.loc[eligible, "run_dir"]))["name"]  # run dirs are unique, names not
     df["best_lr"] = df["run_dir"].isin(set(best))
     _one_design(raw[df["best_lr"]], df[df["best_lr"]], [c for c in config if c != SEED])
     return df
-
-
-def _swept_where_tried(df: pd.DataFrame) -> pd.Series:
-    """[rows] the runs eligible as the best rate, like for like with the published best: those at a rate the study
-    swept for the cell's table (`published.swept_rates`), or every run of a cell (architecture, width, grammar) that
-    tried none of them."""
-    swept = pd.Series([published.swept(t, a, lr) for t, a, lr in zip(df["task.name"], df["arch"], df["optim.lr"])],
-                      index=df.index, dtype=bool)
-    cell = [as_text(df[c]) for c in ("arch", "model.d_model", GRAMMAR) if c in df]
-    return swept | ~swept.groupby(cell).transform("any")
 
 
 def _one_design(raw: pd.DataFrame, df: pd.DataFrame, config: list[str]) -> None:

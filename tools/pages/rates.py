@@ -39,7 +39,7 @@ from mecheval.report.overview import GRAMMAR  # noqa: E402
 from mecheval.report.timelines import VERDICT_COLOURS  # noqa: E402
 from mecheval.study.presets import default_build  # noqa: E402
 from mecheval.tasks.atr.task import SPLIT_DRAWS  # noqa: E402
-from mecheval.sweeps.table import DIVERGED, best_rates  # noqa: E402
+from mecheval.sweeps.table import DIVERGED, as_text, best_rates  # noqa: E402
 from mecheval.training.config import ADDED_LATER  # noqa: E402
 
 CELL = ["task.name", "grammar", "arch", "model.d_model"]  # one published cell
@@ -99,6 +99,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
     final test accuracy and its test examples, (acc, n), the runs that did not diverge), `studies` (the sorted
     studies its runs are of, where `runs` has a `study` column: `rates_data` sets it; else empty)."""
     rows = []
+    eligible_rows = swept_where_tried(runs, CELL)
     for key, cell in runs.groupby(CELL, sort=True, dropna=False):
         task, grammar, arch, width = key
         name, conv = cell["arch_name"].iloc[0], cell["arch_conv"].iloc[0]
@@ -117,8 +118,7 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
                             "cpu_min": run_minutes(at, "cpu"), "wall_min": run_minutes(at, "wall"),
                             "finals": tuple((float(a), int(n)) for a, n in at[["acc", TEST_N]].dropna().itertuples(index=False)),
                             "studies": tuple(sorted(at["study"].unique())) if "study" in at else ()})
-        in_grid = cell["optim.lr"].map(lambda lr: published.swept(task, arch, lr))
-        eligible = cell[in_grid] if in_grid.any() else cell
+        eligible = cell[eligible_rows[cell.index]]
         [best_rate] = best_rates(eligible, pd.Series("", index=eligible.index), "acc")  # as `best_lr` chooses it
         tried = sorted(r["lr"] for r in by_rate if r["swept"])
         best = float(best_rate)
@@ -128,6 +128,15 @@ def rate_table(runs: pd.DataFrame) -> pd.DataFrame:
             row |= {"best": row["lr"] == best, "rates": len(tried), "bracketed": bracketed}
         rows += by_rate
     return pd.DataFrame(rows, columns=RATE_COLUMNS).astype({"best": bool, "bracketed": bool})
+
+
+def swept_where_tried(df: pd.DataFrame, cell: list[str]) -> pd.Series:
+    """[rows] the runs eligible as a cell's best rate, like for like with the published best: those at a rate the
+    study swept for the cell's table (`published.swept_rates`), or every run of a cell (its `cell` columns) that
+    tried none of them."""
+    swept = pd.Series([published.swept(t, a, lr) for t, a, lr in zip(df["task.name"], df["arch"], df["optim.lr"])],
+                      index=df.index, dtype=bool)
+    return swept | ~swept.groupby([as_text(df[c]) for c in cell]).transform("any")
 
 
 def run_minutes(runs: pd.DataFrame, clock: str) -> float:
