@@ -101,10 +101,12 @@ touch "$out/report.md" "$out/study.json"
     assert f"done: {tmp_path}/a" in again.stdout
 
 
-def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
+@pytest.mark.parametrize("lean", [False, True])
+def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path, lean):
     """`land.sh` in a repository holding a study still running (its study.running.json): the finished runs' files
     are staged, their logs compressed (a run not read to its verdict yet: the training files, not a readout left
-    partway); the run in training is not; nothing of a study without the marker is."""
+    partway); the run in training is not; nothing of a study without the marker is. LEAN=1: the logs stay out, by
+    the .gitignore the study then carries (staged with it), and stay on disk."""
     import subprocess
     import sys
 
@@ -128,13 +130,15 @@ def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path):
     (other / "summary.json").write_text("{}\n")
     done = subprocess.run(["bash", "tools/queues/land.sh"], cwd=repo, capture_output=True, text=True, timeout=120,
                           env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-                               "MECHEVAL": str(Path(sys.executable).parent / "mecheval")})
+                               "MECHEVAL": str(Path(sys.executable).parent / "mecheval")} | ({"LEAN": "1"} if lean else {}))
     assert done.returncode == 0, done.stderr
     staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True,
                             text=True).stdout.split()
+    logs = [] if lean else ["metrics.jsonl.gz"]
     read = [f"results/cpu/s/runs/read/{name}" for name in
-            ("config.yaml", "interventions.parquet", "metrics.jsonl.gz", "summary.json", "verdict.json")]
-    assert sorted(staged) == ["results/cpu/s/runs/done/config.yaml", "results/cpu/s/runs/done/metrics.jsonl.gz",
-                              "results/cpu/s/runs/done/summary.json", *read, "results/cpu/s/study.running.json",
-                              "results/cpu/s/sweep.yaml"]
+            sorted(["config.yaml", "interventions.parquet", *logs, "summary.json", "verdict.json"])]
+    expected = [*(f"results/cpu/s/runs/done/{name}" for name in sorted(["config.yaml", *logs, "summary.json"])), *read,
+                "results/cpu/s/study.running.json", "results/cpu/s/sweep.yaml"]
+    assert sorted(staged) == sorted(expected + (["results/cpu/s/.gitignore"] if lean else []))
+    assert (study / "runs" / "read" / "metrics.jsonl.gz").exists()  # left out of the commit, not lost
     assert "staged 2 finished run(s) of results/cpu/s (not ended)" in done.stdout

@@ -8,22 +8,30 @@
 # study.running.json) has its finished runs' logs compressed and staged with its sweep files and marker (a run not
 # read to its verdict yet: its training files only), so that a machine cut off loses none of them (the pages leave
 # the study out until it ends). Usage: bash tools/queues/land.sh [SRC]
-# (MECHEVAL: the mecheval command, default .venv/bin/mecheval)
+# (MECHEVAL: the mecheval command, default .venv/bin/mecheval). LEAN=1, once a round's size budget is spent
+# (docs/development.md): each study landed gets a .gitignore that keeps its figures and its runs' metrics logs on this
+# machine and out of the commit (the tables, verdicts and cited weights the pages read are committed as ever).
 main=$(cd "$(dirname "$0")/../.." && pwd)
 src=$(cd "${1:-$main}" && pwd)
 cd "$main"
 mecheval=${MECHEVAL:-.venv/bin/mecheval}
+lean() {  # $1: a study directory; under LEAN=1, what the commit leaves out of it (a .gitignore it carries)
+  [[ -n ${LEAN:-} ]] && printf '%s\n' "# landed lean (LEAN=1, tools/queues/land.sh): kept on the machine that trained it" \
+    figures/ 'runs/*/metrics.jsonl.gz' > "$1/.gitignore"
+  return 0
+}
 for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
   if [[ $src == "$main" && -f $d/study.running.json && ! ( $d/study.running.json -ot $d/study.json ) ]]; then
     done=$(for r in "$d"/runs/*/; do [[ -f $r/summary.json || -f $r/diverged.json ]] && echo "${r%/}"; done)
     [[ -z $done ]] && continue
     for r in $done; do rm -f "$r"/error.log "$r"/interventions/*.png; done
     "$mecheval" archive-logs "$d" > /dev/null
-    git add "$d"/sweep*.yaml "$d/study.running.json"
+    lean "$d"
+    git add "$d"/sweep*.yaml "$d/study.running.json" $([[ -f $d/.gitignore ]] && echo "$d/.gitignore")
     for r in $done; do  # a run read to its verdict whole; one not yet read (or read partway): what training wrote
       if [[ -f $r/verdict.json ]]; then git add "$r"; else
         for f in config.yaml run.json summary.json diverged.json metrics.jsonl.gz model.safetensors; do
-          [[ -f $r/$f ]] && git add "$r/$f"; done; fi
+          [[ -f $r/$f ]] && ! git check-ignore -q "$r/$f" && git add "$r/$f"; done; fi
     done
     echo "staged $(echo "$done" | wc -l) finished run(s) of $d (not ended)"
     continue
@@ -39,6 +47,7 @@ for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
   rm -f "$d"/runs/*/interventions/*.png
   for log in "$d"/runs/*/error.log; do [[ -f $(dirname "$log")/summary.json || -f $(dirname "$log")/diverged.json ]] && rm -f "$log"; done
   "$mecheval" archive-logs "$d" > /dev/null
+  lean "$d"
   "$mecheval" relabel "$d" --recheck > /dev/null 2>&1 || echo "relabel failed: $d"
   PYTHONPATH=tools .venv/bin/python -m landing.drop_uncited_weights "$d" || echo "weights kept: $d"
   echo "landed $d"
