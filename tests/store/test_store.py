@@ -103,14 +103,17 @@ def test_every_committed_run_json_is_its_config_s_identity():
 def test_a_committed_run_without_weights_is_one_no_finding_reads_and_keeps_their_digest():
     """The commit rule (docs/development.md): of the runs with a readout, only those no finding reads may come
     without model.safetensors (`landing.drop_uncited_weights`: not learned, or not at its comparison's best rate),
-    and each keeps the digest `mecheval reproduce --restore` checks against."""
+    or those of a study landed lean (its .gitignore holds every run's weights out: `LEAN=1 land.sh`), and each
+    keeps the digest `mecheval reproduce --restore` checks against."""
     import json
 
     from landing.drop_uncited_weights import uncited_runs
 
     results = QUICK.parents[2] / "results"
+    lean = {p.parent for p in results.glob("*/*/.gitignore") if "runs/*/model.safetensors" in p.read_text().split("\n")}
     without = sorted(p.parent for p in results.glob("*/*/runs/*/verdict.json") if not (p.parent / "model.safetensors").exists())
-    uncited = {run.resolve() for study in {run.parents[1] for run in without} for run in uncited_runs(study, results.parent)}
-    wrong = [str(run) for run in without if run.resolve() not in uncited
+    uncited = {run.resolve() for study in {run.parents[1] for run in without} - lean
+               for run in uncited_runs(study, results.parent)}
+    wrong = [str(run) for run in without if (run.resolve() not in uncited and run.parents[1] not in lean)
              or len(json.loads((run / "summary.json").read_text()).get("weights_sha256", "")) != 64]
     assert without and not wrong

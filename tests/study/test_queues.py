@@ -141,4 +141,7 @@ def test_land_stages_the_finished_runs_of_a_study_that_has_not_ended(tmp_path, l
                 "results/cpu/s/study.running.json", "results/cpu/s/sweep.yaml"]
     assert sorted(staged) == sorted(expected + (["results/cpu/s/.gitignore"] if lean else []))
     assert (study / "runs" / "read" / "metrics.jsonl.gz").exists()  # left out of the commit, not lost
+    if lean:
+        assert (study / ".gitignore").read_text().split("\n")[1:] == ["figures/", "runs/*/metrics.jsonl.gz",
+                                                                      "runs/*/model.safetensors", ""]
     assert "staged 2 finished run(s) of results/cpu/s (not ended)" in done.stdout

@@ -9,15 +9,16 @@
 # read to its verdict yet: its training files only), so that a machine cut off loses none of them (the pages leave
 # the study out until it ends). Usage: bash tools/queues/land.sh [SRC]
 # (MECHEVAL: the mecheval command, default .venv/bin/mecheval). LEAN=1, once a round's size budget is spent
-# (docs/development.md): each study landed gets a .gitignore that keeps its figures and its runs' metrics logs on this
-# machine and out of the commit (the tables, verdicts and cited weights the pages read are committed as ever).
+# (docs/development.md): each study landed gets a .gitignore that keeps its figures, its runs' metrics logs and their
+# weights on this machine and out of the commit (the tables and verdicts the pages read are committed as ever, and
+# each run's summary.json keeps the digest that `mecheval reproduce RUN --restore` rebuilds its weights against).
 main=$(cd "$(dirname "$0")/../.." && pwd)
 src=$(cd "${1:-$main}" && pwd)
 cd "$main"
 mecheval=${MECHEVAL:-.venv/bin/mecheval}
 lean() {  # $1: a study directory; under LEAN=1, what the commit leaves out of it (a .gitignore it carries)
   [[ -n ${LEAN:-} ]] && printf '%s\n' "# landed lean (LEAN=1, tools/queues/land.sh): kept on the machine that trained it" \
-    figures/ 'runs/*/metrics.jsonl.gz' > "$1/.gitignore"
+    figures/ 'runs/*/metrics.jsonl.gz' 'runs/*/model.safetensors' > "$1/.gitignore"
   return 0
 }
 for d in $(cd "$src" && ls -d results/*/*/ | sed 's#/$##'); do
