@@ -16,8 +16,9 @@ main=$(cd "$(dirname "$0")/../.." && pwd)
 src=$(cd "${1:-$main}" && pwd)
 cd "$main"
 mecheval=${MECHEVAL:-.venv/bin/mecheval}
-lean() {  # $1: a study directory; under LEAN=1, what the commit leaves out of it (a .gitignore it carries)
-  [[ -n ${LEAN:-} ]] && printf '%s\n' "# landed lean (LEAN=1, tools/queues/land.sh): kept on the machine that trained it" \
+lean() {  # $1: a study directory; under LEAN=1, what the commit leaves out of it (a .gitignore it carries), where
+  # nothing of it is committed yet (a study landed in part before keeps the rule it was landed by)
+  [[ -n ${LEAN:-} && -z $(git ls-files "$1") ]] && printf '%s\n' "# landed lean (LEAN=1, tools/queues/land.sh): kept on the machine that trained it" \
     figures/ 'runs/*/metrics.jsonl.gz' 'runs/*/model.safetensors' > "$1/.gitignore"
   return 0
 }
